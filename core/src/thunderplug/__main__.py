@@ -1,0 +1,5 @@
+import sys
+
+from thunderplug.cli import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""``thunderplug`` command line: ``plugins`` (what is installed and why) and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    import thunderplug
+    from thunderplug.report import format_table
+
+    statuses = thunderplug.report()
+    if args.json:
+        print(json.dumps([s.to_json() for s in statuses], indent=2))
+    else:
+        print(format_table(statuses))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from thunderplug.demo import run_demo
+
+    return run_demo(steps=args.steps, plot=args.plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="thunderplug", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    plugins = commands.add_parser("plugins", help="list installed plugins, their status and executors")
+    plugins.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    plugins.set_defaults(run=_plugins)
+
+    demo = commands.add_parser("demo", help="compile and train a small model with discover() and show what each plugin did")
+    demo.add_argument("--steps", type=int, default=5, help="training steps (default: 5)")
+    demo.add_argument("--plot", metavar="PNG", help="write the eager and compiled loss curves to this PNG (needs matplotlib)")
+    demo.set_defaults(run=_demo)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

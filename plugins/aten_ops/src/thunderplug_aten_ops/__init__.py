@@ -1,0 +1,1 @@
+"""torch.ops.aten overloads as first-class thunder symbols, decomposed into thunder prims."""

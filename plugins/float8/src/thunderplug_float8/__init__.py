@@ -1,0 +1,1 @@
+"""torchao float8 training tensors for thunderplug."""

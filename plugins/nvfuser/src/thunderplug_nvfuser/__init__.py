@@ -1,0 +1,1 @@
+"""nvFuser plugin for thunderplug (CUDA only)."""

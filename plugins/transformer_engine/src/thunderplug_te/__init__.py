@@ -1,0 +1,1 @@
+"""Transformer Engine plugin for thunderplug (CUDA only)."""

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Create .venv if it is missing and install the core, every plugin and the test tools into it.
+# Needs only python3 (3.11) and access to PyPI. Safe to re-run: pip skips what is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet \
+    -e '.[test]' \
+    -e plugins/aten_ops \
+    -e plugins/float8 \
+    -e plugins/transformer_engine \
+    -e plugins/nvfuser
