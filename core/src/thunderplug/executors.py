@@ -8,7 +8,7 @@ from typing import Any
 import thunder
 from thunder.extend import Executor, OperatorExecutor
 
-from thunderplug import aten
+from thunderplug import aten, broadcast_grads
 from thunderplug.discovery import PluginHost
 from thunderplug.specs import AtenOp
 
@@ -41,12 +41,16 @@ def _version() -> str:
 def assemble_executors(
     host: PluginHost, *, only: Iterable[str] | None, exclude: Iterable[str], include_defaults: bool
 ) -> list[Executor]:
-    """Core executor, then every selected plugin executor by priority, then thunder's defaults.
+    """Core executor, the broadcast-grads executor, every selected plugin executor by priority, then
+    thunder's defaults.
 
     A factory that raises marks its plugin ``failed`` (or re-raises under THUNDERPLUG_STRICT) and
     the rest of the list is still returned.
     """
+    exclude = tuple(exclude)
     executors: list[Executor] = [core_executor(host.aten_ops())]
+    if broadcast_grads.EXECUTOR_NAME not in exclude:  # grad rules for implicitly broadcast 0-dim tensors
+        executors.append(broadcast_grads.executor())
     for spec in host.executor_specs(only=only, exclude=exclude):
         try:
             if spec.factory not in _built:
