@@ -8,6 +8,7 @@ metadata against torch's own meta kernels, and resolves ``torch.ops.aten`` calls
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -91,7 +92,7 @@ def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any) -> 
 def _refuse_gradient(op: AtenOp) -> Callable[..., Any]:
     def grad_rule(*args: Any, **kwargs: Any) -> Any:
         raise NotDifferentiableError(
-            f"{op.qualified_name} has no gradient, but one was requested through it{_user_location()}. "
+            f"{op.qualified_name} has no gradient, but one was requested through it{user_location()}. "
             "Detach its inputs, or differentiate the operation that calls it (for a tensor subclass, "
             "the outer torch op)."
         )
@@ -99,7 +100,7 @@ def _refuse_gradient(op: AtenOp) -> Callable[..., Any]:
     return grad_rule
 
 
-def _user_location() -> str:
+def user_location() -> str:
     try:
         filename, positions = get_interpreterruntimectx().get_current_user_source_location()
     except Exception:  # noqa: BLE001 - outside the interpreter there is no user location
@@ -111,7 +112,7 @@ def _user_location() -> str:
 
 def _unsupported(qualified_name: str) -> UnsupportedAtenOpError:
     return UnsupportedAtenOpError(
-        f"{qualified_name} is not supported by any active thunderplug plugin{_user_location()}. "
+        f"{qualified_name} is not supported by any active thunderplug plugin{user_location()}. "
         "Install or enable a plugin that registers it (`thunderplug plugins` lists them), or add it "
         "from your own plugin: implement the `register_aten_ops` hook and call "
         f"register(AtenOp({qualified_name}, decomposition)); see docs/hooks.md."
@@ -125,30 +126,34 @@ def resolve_packet(packet: OpOverloadPacket, args: tuple, kwargs: dict) -> OpOve
     return getattr(packet, overload_name or "default")
 
 
-def lookasides(ops: Iterable[AtenOp]) -> dict[Any, Callable[..., Any]]:
-    """Interpretation-time lookasides for an executor: every registered overload and packet,
-    plus catch-alls for ``OpOverload.__call__``/``OpOverloadPacket.__call__`` that give a clear
-    error for overloads no plugin registers."""
-    table = {op.overload: symbol_for(op) for op in ops}
+class AtenTable:
+    """The ATen overloads active in one ``discover()`` result, and how calls to them resolve."""
 
-    def call_overload(overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
-        symbol = table.get(overload)
+    def __init__(self, ops: Iterable[AtenOp]):
+        self.symbols: dict[OpOverload, Symbol] = {op.overload: symbol_for(op) for op in ops}
+
+    def call(self, overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
+        symbol = self.symbols.get(overload)
         if symbol is None:
             raise _unsupported(f"torch.ops.{overload.namespace}.{overload._opname}.{overload._overloadname}")
         return symbol(*args, **kwargs)
 
-    def call_packet(packet: OpOverloadPacket, *args: Any, **kwargs: Any) -> Any:
-        return call_overload(resolve_packet(packet, args, kwargs), *args, **kwargs)
+    def call_packet(self, packet: OpOverloadPacket, *args: Any, **kwargs: Any) -> Any:
+        return self.call(resolve_packet(packet, args, kwargs), *args, **kwargs)
 
-    result: dict[Any, Callable[..., Any]] = {
-        OpOverload.__call__: _as_lookaside(call_overload),
-        OpOverloadPacket.__call__: _as_lookaside(call_packet),
-    }
-    for overload, symbol in table.items():
-        result[overload] = _as_lookaside(symbol)
-        packet = overload.overloadpacket
-        result[packet] = _as_lookaside(lambda *args, _packet=packet, **kwargs: call_packet(_packet, *args, **kwargs))
-    return result
+    def lookasides(self) -> dict[Any, Callable[..., Any]]:
+        """Interpretation-time lookasides: every registered overload and packet, plus catch-alls
+        for ``OpOverload.__call__``/``OpOverloadPacket.__call__`` that give a clear error for
+        overloads no plugin registers."""
+        result: dict[Any, Callable[..., Any]] = {
+            OpOverload.__call__: _as_lookaside(self.call),
+            OpOverloadPacket.__call__: _as_lookaside(self.call_packet),
+        }
+        for overload, symbol in self.symbols.items():
+            packet = overload.overloadpacket
+            result[overload] = _as_lookaside(symbol)
+            result[packet] = _as_lookaside(functools.partial(self.call_packet, packet))
+        return result
 
 
 def _as_lookaside(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -6,36 +6,25 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import thunder
-from thunder.extend import Executor, OperatorExecutor
+from thunder.extend import Executor
 
-from thunderplug import aten, broadcast_grads
+from thunderplug import broadcast_grads, patches
+from thunderplug.core_executor import ThunderplugExecutor
 from thunderplug.discovery import PluginHost
 from thunderplug.specs import AtenOp
 
-CORE_EXECUTOR_NAME = "thunderplug"
-
 _built: dict[Callable[[], Any], Executor] = {}
-_core_executors: dict[tuple, OperatorExecutor] = {}
+_core_executors: dict[tuple, ThunderplugExecutor] = {}
 
 
-def core_executor(aten_ops: list[AtenOp]) -> OperatorExecutor:
-    """The interpretation-time executor: routes ``torch.ops.aten`` calls to thunderplug symbols.
-
-    It executes nothing itself; thunder only consults its lookasides while tracing. Listed first,
-    it never competes with the plugins' executors for claims.
-    """
+def core_executor(aten_ops: list[AtenOp]) -> ThunderplugExecutor:
+    """One core executor per distinct set of ATen ops (discover() is usually called with one)."""
     key = tuple((op.overload, op.decomposition) for op in aten_ops)
     if key not in _core_executors:
-        executor = OperatorExecutor(CORE_EXECUTOR_NAME, version=_version())
-        executor._lookasides.update(aten.lookasides(aten_ops))
-        _core_executors[key] = executor
+        import thunderplug
+
+        _core_executors[key] = ThunderplugExecutor(aten_ops, version=thunderplug.__version__)
     return _core_executors[key]
-
-
-def _version() -> str:
-    import thunderplug
-
-    return thunderplug.__version__
 
 
 def assemble_executors(
@@ -48,6 +37,7 @@ def assemble_executors(
     the rest of the list is still returned.
     """
     exclude = tuple(exclude)
+    patches.install()
     executors: list[Executor] = [core_executor(host.aten_ops())]
     if broadcast_grads.EXECUTOR_NAME not in exclude:  # grad rules for implicitly broadcast 0-dim tensors
         executors.append(broadcast_grads.executor())

@@ -1,0 +1,68 @@
+"""The ``thunderplug`` executor: first in every ``discover()`` list.
+
+It owns what must happen for thunderplug's symbols to exist in a trace at all:
+
+* interpretation-time lookasides that route ``torch.ops.aten`` calls to ATen symbols;
+* tensor-subclass op symbols (``TwoTensor.torch.mul``): listed first, it is asked first, so it
+  keeps them whole through claiming (as a fusion executor) and then, in its fusion pass, replaces
+  each by its unrolled ATen ops and lets the executors after it claim those. Autodiff therefore
+  sees subclass ops, and executors see ATen ops.
+"""
+
+from __future__ import annotations
+
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.transform_common import dce
+from thunder.extend import FusionExecutor
+
+from thunderplug.aten import AtenTable
+from thunderplug.specs import AtenOp
+from thunderplug.subclass_ops import is_subclass_op
+
+CORE_EXECUTOR_NAME = "thunderplug"
+
+
+class ThunderplugExecutor(FusionExecutor):
+    def __init__(self, aten_ops: list[AtenOp], version: str):
+        super().__init__(CORE_EXECUTOR_NAME, version=version)
+        self.aten = AtenTable(aten_ops)
+        self._lookasides.update(self.aten.lookasides())
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return False
+
+    def can_fuse(self, bsym: BoundSymbol) -> bool:
+        return is_subclass_op(bsym.sym)
+
+    def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
+        if not any(is_subclass_op(bsym.sym) for bsym in trace.bound_symbols):
+            return trace
+        from thunder.core.compile_data import get_compile_data
+        from thunder.executors.passes import _transform_for_operator_executor_execution
+
+        executors = list(get_compile_data().executors_list)
+        later = executors[executors.index(self) + 1 :]
+        unrolled = from_trace(trace)
+        unrolled.bound_symbols = [b for bsym in trace.bound_symbols for b in _unroll(bsym)]
+        return dce(_transform_for_operator_executor_execution(unrolled, later))
+
+
+def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
+    if not is_subclass_op(bsym.sym):
+        return [bsym]
+    result = []
+    for sub in bsym.subsymbols:
+        sub.tags.update(bsym.tags)  # keep e.g. the BACKWARD tag
+        result.extend(_unroll(sub))
+    return result
+
+
+def active_core_executor() -> ThunderplugExecutor | None:
+    """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used."""
+    from thunder.core.compile_data import get_compile_data
+
+    compile_data = get_compile_data()
+    if compile_data is None:
+        return None
+    return next((ex for ex in compile_data.executors_list if isinstance(ex, ThunderplugExecutor)), None)

@@ -1,0 +1,294 @@
+"""Torch ops on tensor-subclass proxies: one trace symbol each, decomposed into the unrolled dispatch.
+
+``TwoTensor.torch.mul(x, 2)`` is recorded as one bound symbol whose subsymbols are what the
+subclass's ``__torch_dispatch__`` does, obtained by running the real torch op on FakeTensor
+instances of the subclass under ``make_fx`` and replaying the ATen graph with thunderplug's ATen
+symbols. Output metadata comes from that fake run, never from guessing. Subclass outputs are
+rebuilt by ``subclass_unflatten`` (run by thunder's python executor, only where a subclass value
+is really needed at run time: at the outputs).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as torch_pytree
+from thunder.core.prims import OpTags
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten, tree_unflatten
+from thunder.core.symbol import Symbol, default_python_printer
+from thunder.executors.pythonex import ex as pythonex
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from thunderplug.aten import AtenTable, user_location
+from thunderplug.fake import fake_like, fake_mode, to_fake
+from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy, plain_leaves, to_fake_tensor
+
+
+class SubclassDispatchError(RuntimeError):
+    """A torch op on a tensor subclass could not be unrolled into ATen ops."""
+
+
+# -- boundary operations, executed by thunder's python executor -----------------------------
+
+
+def _unflatten_meta(layout: SubclassLayout, *inner: TensorProxy) -> SubclassTensorProxy:
+    inner_by_name = dict(zip(layout.attrs, inner))
+    with fake_mode():
+        outer = layout.unflatten({name: to_fake_tensor(p) for name, p in inner_by_name.items()})
+    return SubclassTensorProxy(layout, inner_by_name, outer=outer)
+
+
+def _unflatten(layout: SubclassLayout, *inner: torch.Tensor) -> torch.Tensor:
+    return layout.unflatten(dict(zip(layout.attrs, inner)))
+
+
+subclass_unflatten = pythonex.register_operator("subclass_unflatten", meta=_unflatten_meta, fn=_unflatten)
+
+
+def _check_subclass(value: Any, layout: SubclassLayout) -> None:
+    if type(value) is not layout.cls:
+        raise TypeError(f"expected {layout.cls.__name__}, got {type(value).__name__}")
+    attrs, ctx = value.__tensor_flatten__()
+    if tuple(attrs) != layout.attrs:
+        raise ValueError(f"{layout.cls.__name__} inner tensors changed: {attrs} != {layout.attrs}")
+    guard = getattr(layout.cls, "__metadata_guard__", None)
+    if not (guard(layout.ctx, ctx) if guard is not None else ctx == layout.ctx):
+        raise ValueError(f"{layout.cls.__name__} flatten context changed: {ctx!r} != {layout.ctx!r}")
+
+
+check_subclass = pythonex.register_operator(
+    "check_subclass", meta=lambda value, layout: None, fn=_check_subclass, tags=(OpTags.DONT_DCE,)
+)
+
+
+def _check_not_subclass(value: Any) -> None:
+    if type(value) is not torch.Tensor and is_traceable_wrapper_subclass(value):
+        raise TypeError(f"expected a plain tensor, got {type(value).__name__}")
+
+
+check_not_subclass = pythonex.register_operator(
+    "check_not_subclass", meta=lambda value: None, fn=_check_not_subclass, tags=(OpTags.DONT_DCE,)
+)
+
+
+# -- subclass op symbols ----------------------------------------------------------------------
+
+_op_symbols: dict[tuple[type, Any, int], Symbol] = {}
+_op_symbol_ids: set[str] = set()
+
+
+def is_subclass_op(symbol: Symbol) -> bool:
+    return symbol.id in _op_symbol_ids
+
+
+def subclass_op_symbol(cls: type, op_name: str, torch_fn: Callable[..., Any], table: AtenTable) -> Symbol:
+    """The symbol ``<Class>.<op_name>`` (e.g. ``TwoTensor.torch.mul``), created once per class and op."""
+    key = (cls, torch_fn, id(table))
+    if key not in _op_symbols:
+        display = f"{cls.__name__}.{op_name}"
+
+        def meta(*args: Any, **kwargs: Any) -> Any:
+            return unroll(display, torch_fn, table, args, kwargs)
+
+        def printer(bsym, out_printables, arg_printables, kwarg_printables):
+            line = default_python_printer(bsym, out_printables, arg_printables, kwarg_printables)
+            return line.replace(f"{bsym.name_with_module()}(", f"{display}(", 1)
+
+        symbol = Symbol(
+            name=_identifier(display),
+            meta=meta,
+            id=f"thunderplug.subclass.{cls.__module__}.{display}",
+            python_printer=printer,
+            _module=__import__(__name__, fromlist=["_"]),
+        )
+        _op_symbol_ids.add(symbol.id)
+        _op_symbols[key] = symbol
+    return _op_symbols[key]
+
+
+def _identifier(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
+def unroll(display: str, torch_fn: Callable[..., Any], table: AtenTable, args: tuple, kwargs: dict) -> Any:
+    """Run ``torch_fn`` on fake subclass instances under make_fx and replay the ATen graph."""
+    flat, spec = tree_flatten((args, kwargs))
+    tensors = [x for x in flat if isinstance(x, TensorProxy)]
+    leaves = [leaf for t in tensors for leaf in plain_leaves(t)]
+    output_plan: list = []
+
+    def on_fakes(*fake_leaves: torch.Tensor) -> list[torch.Tensor]:
+        remaining = iter(fake_leaves)
+        fake_flat = [_rebuild_fake(x, remaining) if isinstance(x, TensorProxy) else to_fake(x) for x in flat]
+        fake_args, fake_kwargs = tree_unflatten(fake_flat, spec)
+        result = torch_fn(*fake_args, **fake_kwargs)
+        out_flat, out_spec = torch_pytree.tree_flatten(result)
+        output_plan[:] = [out_spec, [_describe(o) for o in out_flat]]
+        return [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in _fake_leaves(o)]
+
+    try:
+        with fake_mode():
+            graph = make_fx(on_fakes)(*[fake_like(leaf) for leaf in leaves])
+    except Exception as error:
+        raise SubclassDispatchError(f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}") from error
+    out_leaves = iter(_replay(graph, leaves, table, display))
+    out_spec, plans = output_plan
+    outputs = [_build_output(plan, out_leaves) for plan in plans]
+    return torch_pytree.tree_unflatten(outputs, out_spec)
+
+
+def _rebuild_fake(proxy: TensorProxy, fake_leaves) -> torch.Tensor:
+    if isinstance(proxy, SubclassTensorProxy):
+        return proxy.layout.unflatten({name: _rebuild_fake(inner, fake_leaves) for name, inner in proxy.inner.items()})
+    return next(fake_leaves)
+
+
+def _fake_leaves(tensor: torch.Tensor) -> list[torch.Tensor]:
+    if is_traceable_wrapper_subclass(tensor):
+        attrs, _ = tensor.__tensor_flatten__()
+        return [leaf for name in attrs for leaf in _fake_leaves(getattr(tensor, name))]
+    return [tensor]
+
+
+def _describe(value: Any) -> Any:
+    """What to build for one output: a layout tree for subclasses, ``"plain"``, or the constant."""
+    if isinstance(value, torch.Tensor):
+        if is_traceable_wrapper_subclass(value):
+            layout = SubclassLayout.of(value)
+            return (layout, [_describe(getattr(value, name)) for name in layout.attrs])
+        return "plain"
+    return ("constant", value)
+
+
+def _build_output(plan: Any, leaves) -> Any:
+    if plan == "plain":
+        return next(leaves)
+    if plan[0] == "constant":
+        return plan[1]
+    layout, inner_plans = plan
+    return subclass_unflatten(layout, *[_build_output(inner, leaves) for inner in inner_plans])
+
+
+def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
+    env: dict[torch.fx.Node, Any] = {}
+    inputs = iter(leaves)
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(inputs)
+        elif node.op == "call_function":
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            if isinstance(node.target, torch._ops.OpOverload):
+                env[node] = table.call(node.target, *args, **kwargs)
+            elif node.target is operator.getitem:
+                env[node] = args[0][args[1]]
+            else:
+                raise SubclassDispatchError(
+                    f"{display}: the subclass's dispatch produced {node.target}, which is not an ATen op{user_location()}"
+                )
+        elif node.op == "output":
+            return list(torch.fx.node.map_arg(node.args[0], env.__getitem__))
+    raise AssertionError("fx graph without output")
+
+
+# -- which symbol a call on subclass proxies becomes --------------------------------------------
+
+# Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.
+_BOOKKEEPING_PRIM_PREFIXES = ("check_", "unpack_", "python_return", "return", "python_del", "del", "comment", "sink")
+
+
+def has_subclass_proxy(args: tuple, kwargs: dict) -> bool:
+    for value in (*args, *kwargs.values()):
+        if type(value) is SubclassTensorProxy:
+            return True
+        if isinstance(value, (list, tuple)) and any(type(item) is SubclassTensorProxy for item in value):
+            return True
+    return False
+
+
+def passes_through(symbol: Symbol) -> bool:
+    """Symbols that take subclass proxies as they are: ours, executor operations, bookkeeping prims."""
+    return (
+        is_subclass_op(symbol)
+        or symbol.executor is not None
+        or (symbol.is_prim and symbol.name.startswith(_BOOKKEEPING_PRIM_PREFIXES))
+    )
+
+
+def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Symbol | None:
+    """The subclass op symbol a call of ``symbol`` on subclass proxies becomes, or ``None`` to
+    let ``symbol`` run as itself (a composite whose parts will be dispatched one by one)."""
+    cls = next(
+        type_of(value)
+        for value in (*args, *kwargs.values(), *(i for v in args if isinstance(v, (list, tuple)) for i in v))
+        if type(value) is SubclassTensorProxy
+    )
+    overload = _overload_by_id(table).get(symbol.id)
+    if overload is not None:
+        return subclass_op_symbol(cls, symbol.id, overload, table)
+    torch_fn = torch_function_for(symbol)
+    if torch_fn is not None:
+        return subclass_op_symbol(cls, str(symbol.id), torch_fn, table)
+    if symbol.is_prim:
+        raise SubclassDispatchError(
+            f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
+            "unrolls torch-level operations on tensor subclasses"
+        )
+    return None
+
+
+def type_of(proxy: SubclassTensorProxy) -> type:
+    return proxy.subclass_type
+
+
+def _overload_by_id(table: AtenTable) -> dict[str, torch._ops.OpOverload]:
+    if not hasattr(table, "_by_id"):
+        table._by_id = {symbol.id: overload for overload, symbol in table.symbols.items()}
+    return table._by_id
+
+
+_torch_fn_by_symbol_id: dict[Any, Callable[..., Any]] = {}
+
+
+def _torch_functions() -> dict[Any, Callable[..., Any]]:
+    """thunder.torch symbol id -> the torch callable it stands for, functions before methods.
+
+    Most ids are dotted torch paths (``torch.mul``, ``torch.nn.functional.linear``,
+    ``torch.Tensor.to``); the rest come from thunder's torch-function map.
+    """
+    if not _torch_fn_by_symbol_id:
+        from thunder.torch import _torch_to_thunder_function_map
+
+        candidates = [
+            (torch_fn, symbol)
+            for torch_fn, symbol in _torch_to_thunder_function_map.items()
+            if isinstance(symbol, Symbol) and callable(torch_fn)
+        ]
+        for torch_fn, symbol in sorted(candidates, key=lambda pair: _is_method(pair[0])):
+            _torch_fn_by_symbol_id.setdefault(symbol.id, torch_fn)
+    return _torch_fn_by_symbol_id
+
+
+def torch_function_for(symbol: Symbol) -> Callable[..., Any] | None:
+    if isinstance(symbol.id, str) and symbol.id.startswith("torch."):
+        target: Any = torch
+        for part in symbol.id.split(".")[1:]:
+            target = getattr(target, part, None)
+            if target is None:
+                break
+        if callable(target):
+            return target
+    return _torch_functions().get(symbol.id)
+
+
+def _is_method(torch_fn: Any) -> bool:
+    return "Tensor." in getattr(torch_fn, "__qualname__", "")
+
+
+def construct(cls: type, table: AtenTable, args: tuple, kwargs: dict) -> Any:
+    """Build a subclass inside a jitted function: ``<Class>.construct`` with the unrolled constructor."""
+    return subclass_op_symbol(cls, "construct", cls, table)(*args, **kwargs)
