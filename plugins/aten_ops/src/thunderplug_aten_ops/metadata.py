@@ -1,0 +1,64 @@
+"""Size/stride queries and ``.item()``: non-tensor results, answered from thunder's proxy metadata.
+
+thunder tensors have no strides; every tensor is treated as contiguous with storage offset 0.
+"""
+
+from __future__ import annotations
+
+import thunder.torch as ltorch
+from thunder.core import prims, utils
+
+from thunderplug_aten_ops._registry import aten, decomposes
+
+
+def _strides(a):
+    strides, running = [], 1
+    for size in reversed(a.shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+@decomposes(aten.sym_size.int, differentiable=False)
+def sym_size(a, dim):
+    return a.shape[utils.canonicalize_dim(a.ndim, dim)]
+
+
+@decomposes(aten.sym_numel.default, differentiable=False)
+def sym_numel(a):
+    return a.numel
+
+
+@decomposes(aten.sym_stride.int, differentiable=False)
+def sym_stride(a, dim):
+    return _strides(a)[utils.canonicalize_dim(a.ndim, dim)]
+
+
+@decomposes(aten.sym_storage_offset.default, differentiable=False)
+def sym_storage_offset(a):
+    return 0
+
+
+@decomposes(aten.sym_is_contiguous.default, differentiable=False)
+def sym_is_contiguous(a, memory_format=None):
+    return True
+
+
+@decomposes(aten._local_scalar_dense.default, differentiable=False)
+def local_scalar_dense(a):
+    return prims.item(a)
+
+
+@decomposes(aten.resize_.default)
+def resize_(a, size, *, memory_format=None):
+    """Functional: a new tensor with ``a``'s leading elements (zeros where ``a`` had none; ATen leaves
+    them uninitialized); ``a`` itself keeps its shape."""
+    numel = 1
+    for s in size:
+        numel *= s
+    flat = ltorch.reshape(a, (-1,))
+    if numel <= a.numel:
+        flat = ltorch.getitem(flat, slice(0, numel))
+    else:
+        flat = ltorch.pad(flat, (0, numel - a.numel), value=0)
+    return ltorch.reshape(flat, tuple(size))
