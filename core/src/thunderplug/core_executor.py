@@ -11,14 +11,15 @@ It owns what must happen for thunderplug's symbols to exist in a trace at all:
 
 from __future__ import annotations
 
+from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace
 from thunder.core.transform_common import dce
-from thunder.extend import FusionExecutor
+from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
-from thunderplug.subclass_ops import is_subclass_op
+from thunderplug.subclass_ops import is_subclass_op, subclass_flatten, subclass_unflatten
 
 CORE_EXECUTOR_NAME = "thunderplug"
 
@@ -36,16 +37,26 @@ class ThunderplugExecutor(FusionExecutor):
         return is_subclass_op(bsym.sym)
 
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
-        if not any(is_subclass_op(bsym.sym) for bsym in trace.bound_symbols):
+        if not any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             return trace
         from thunder.core.compile_data import get_compile_data
         from thunder.executors.passes import _transform_for_operator_executor_execution
 
-        executors = list(get_compile_data().executors_list)
-        later = executors[executors.index(self) + 1 :]
-        unrolled = from_trace(trace)
-        unrolled.bound_symbols = [b for bsym in trace.bound_symbols for b in _unroll(bsym)]
-        return dce(_transform_for_operator_executor_execution(unrolled, later))
+        others = [ex for ex in get_compile_data().executors_list if ex is not self]
+        # An autograd.Function inlined by thunder's ad-hoc executor can expose more subclass ops
+        # (and nested autograd.Functions); repeat until none is left.
+        while any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
+            unrolled = from_trace(trace)
+            unrolled.bound_symbols = _fold_round_trips([b for bsym in trace.bound_symbols for b in _unroll(bsym)])
+            trace = _transform_for_operator_executor_execution(unrolled, others)
+        return dce(trace)
+
+
+def _needs_unrolling(bsym: BoundSymbol) -> bool:
+    """A subclass op, or an autograd.Function symbol that thunder left un-inlined (nested ones)."""
+    executor = bsym.sym.executor
+    inlinable = isinstance(executor, TemporaryExecutor) and executor.get_execution_transform(bsym) is not None
+    return is_subclass_op(bsym.sym) or inlinable
 
 
 def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
@@ -55,6 +66,25 @@ def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
     for sub in bsym.subsymbols:
         sub.tags.update(bsym.tags)  # keep e.g. the BACKWARD tag
         result.extend(_unroll(sub))
+    return result
+
+
+def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
+    """``t = subclass_flatten(subclass_unflatten(layout, *inner))`` -> use ``inner`` directly, so no
+    subclass object is built at run time just to be taken apart again."""
+    built_from: dict = {}  # variable of an unflatten output -> its inner proxies
+    swap: dict = {}
+    result = []
+    for bsym in bsyms:
+        if swap:
+            bsym = bsym.from_bsym_swap_proxies(swap)
+        if bsym.sym == subclass_unflatten:
+            built_from[variableify(bsym.output)] = bsym.args[1:]
+        elif bsym.sym == subclass_flatten and variableify(bsym.args[0]) in built_from:
+            for out, inner in zip(bsym.output, built_from[variableify(bsym.args[0])]):
+                swap[variableify(out)] = inner
+            continue
+        result.append(bsym)
     return result
 
 

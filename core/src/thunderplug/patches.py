@@ -15,6 +15,11 @@ compilation in progress uses ``discover()``'s executors (the ``thunderplug`` cor
 3. The ``isinstance`` lookaside answers with the real subclass for subclass proxies.
 4. A ``type.__call__`` lookaside constructs traceable subclasses inside jitted code on fakes
    (thunder would interpret ``__new__`` and fail on ``Unknown attribute stride``).
+5. ``SigInfo.from_name_and_args`` (a thunder 0.2.6 bug, not subclass-specific): tracing a
+   ``torch.autograd.Function.apply`` whose arguments include an object thunder cannot proxy (a
+   config dataclass, as torchao's ``matmul_with_hp_or_float8_args`` takes) fails with
+   ``AttributeError: ... has no attribute 'name'``. Such arguments are constants of the trace; we
+   name them instead of crashing. Always active: it only turns that crash into working code.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from thunder.core.interpreter import (
     wrap_const,
 )
 from thunder.core.proxies import TensorProxy, tensorproxy
+from thunder.core.codeutils import SigInfo
+from thunder.core.proxies import ProxyInterface
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 from thunder.torch.experimental import dtensor_proxy
@@ -48,6 +55,8 @@ from thunderplug.subclass_ops import (
     dispatch,
     has_subclass_proxy,
     passes_through,
+    reexpose_inner,
+    subclass_flatten,
     subclass_unflatten,
 )
 from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
@@ -67,7 +76,9 @@ def install() -> None:
     _originals["Symbol.__call__"] = Symbol.__call__
     _originals["isinstance"] = jit_ext._general_jit_lookaside_map[isinstance]
     _originals["type.__call__"] = jit_ext._general_jit_lookaside_map.get(type.__call__, _type_call_lookaside)
+    _originals["SigInfo.from_name_and_args"] = SigInfo.from_name_and_args
     dtensor_proxy.proxify_dtensor = _proxify
+    SigInfo.from_name_and_args = staticmethod(_siginfo_from_name_and_args)
     Symbol.__call__ = _symbol_call
     jit_ext._general_jit_lookaside_map[isinstance] = _isinstance_lookaside
     jit_ext._general_jit_lookaside_map[type.__call__] = _type_call
@@ -124,7 +135,16 @@ def _symbol_call(self: Symbol, *args: Any, **kwargs: Any) -> Any:
             subclass_op = dispatch(self, core.aten, args, kwargs)
             if subclass_op is not None:
                 return subclass_op(*args, **kwargs)
-    return _originals["Symbol.__call__"](self, *args, **kwargs)
+    result = _originals["Symbol.__call__"](self, *args, **kwargs)
+    if self.executor is not None and self not in (subclass_unflatten, subclass_flatten) and _produces_subclass(result):
+        return reexpose_inner(result)  # e.g. an autograd.Function whose forward builds a subclass
+    return result
+
+
+def _produces_subclass(result: Any) -> bool:
+    if isinstance(result, (tuple, list)):
+        return any(isinstance(item, SubclassTensorProxy) for item in result)
+    return isinstance(result, SubclassTensorProxy)
 
 
 # -- 3. isinstance ----------------------------------------------------------------------------
@@ -154,3 +174,16 @@ def _type_call(wrapped_type: Any, *args: Any, **kwargs: Any) -> Any:
             build = interpreter_needs_wrap(lambda *a, **k: construct(cls, core.aten, a, k))
             return build(*args, **kwargs)
     return _originals["type.__call__"](wrapped_type, *args, **kwargs)
+
+
+# -- 5. autograd.Function arguments thunder cannot proxy -------------------------------------------
+
+
+def _siginfo_from_name_and_args(name: str, args: Any) -> SigInfo:
+    from thunder.core.proxies import proxy
+
+    signature = SigInfo(name)
+    for index, arg in enumerate(args):
+        named = arg if isinstance(arg, ProxyInterface) else proxy(arg)
+        signature.args.append((named.name if isinstance(named, ProxyInterface) else f"_constant_{index}", None))
+    return signature

@@ -50,6 +50,34 @@ def _unflatten(layout: SubclassLayout, *inner: torch.Tensor) -> torch.Tensor:
 subclass_unflatten = pythonex.register_operator("subclass_unflatten", meta=_unflatten_meta, fn=_unflatten)
 
 
+def _flatten_meta(value: SubclassTensorProxy) -> tuple[TensorProxy, ...]:
+    return tuple(TensorProxy(like=inner) for inner in value.inner.values())
+
+
+def _flatten(value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    attrs, _ = value.__tensor_flatten__()
+    return tuple(getattr(value, name) for name in attrs)
+
+
+subclass_flatten = pythonex.register_operator("subclass_flatten", meta=_flatten_meta, fn=_flatten)
+
+
+def reexpose_inner(value: Any) -> Any:
+    """Make the inner tensors of subclass values produced inside another symbol (an autograd.Function's
+    forward, say) visible at the top of the trace: ``x = unflatten(layout, *flatten(x))``.
+
+    Later ops use the new inner proxies; where ``x`` itself was built by ``subclass_unflatten``
+    in the same trace, the core executor folds the round trip away before execution.
+    """
+    if isinstance(value, SubclassTensorProxy):
+        if any(isinstance(inner, SubclassTensorProxy) for inner in value.inner.values()):
+            return value  # nested values keep their inner proxies; see docs/subclasses.md
+        return subclass_unflatten(value.layout, *subclass_flatten(value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(reexpose_inner(item) for item in value)
+    return value
+
+
 def _check_subclass(value: Any, layout: SubclassLayout) -> None:
     if type(value) is not layout.cls:
         raise TypeError(f"expected {layout.cls.__name__}, got {type(value).__name__}")
@@ -174,6 +202,17 @@ def _build_output(plan: Any, leaves) -> Any:
     return subclass_unflatten(layout, *[_build_output(inner, leaves) for inner in inner_plans])
 
 
+def _plain_containers(value: Any) -> Any:
+    """fx's immutable_list/immutable_dict as plain list/dict: thunder prints only the built-in kinds."""
+    if isinstance(value, dict):
+        return {key: _plain_containers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_containers(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain_containers(item) for item in value)
+    return value
+
+
 def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
     env: dict[torch.fx.Node, Any] = {}
     inputs = iter(leaves)
@@ -181,7 +220,7 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
         if node.op == "placeholder":
             env[node] = next(inputs)
         elif node.op == "call_function":
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            args, kwargs = _plain_containers(torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__))
             if isinstance(node.target, torch._ops.OpOverload):
                 env[node] = table.call(node.target, *args, **kwargs)
             elif node.target is operator.getitem:
@@ -232,13 +271,20 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
         return subclass_op_symbol(cls, symbol.id, overload, table)
     torch_fn = torch_function_for(symbol)
     if torch_fn is not None:
-        return subclass_op_symbol(cls, str(symbol.id), torch_fn, table)
+        return subclass_op_symbol(cls, _op_name(symbol), torch_fn, table)
     if symbol.is_prim:
         raise SubclassDispatchError(
             f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
             "unrolls torch-level operations on tensor subclasses"
         )
     return None
+
+
+def _op_name(symbol: Symbol) -> str:
+    """``torch.mul``, ``torch.nn.functional.linear``; thunder ids of aliases (``torch.spmm`` for
+    ``mm``) are replaced by the symbol's own name."""
+    op_id = str(symbol.id)
+    return op_id if op_id.rsplit(".", 1)[-1] == symbol.name else f"torch.{symbol.name}"
 
 
 def type_of(proxy: SubclassTensorProxy) -> type:
@@ -274,6 +320,12 @@ def _torch_functions() -> dict[Any, Callable[..., Any]]:
 
 
 def torch_function_for(symbol: Symbol) -> Callable[..., Any] | None:
+    """The torch callable a thunder.torch symbol stands for. ``torch.Tensor`` methods come first:
+    they accept every calling convention the functions do (``x.reshape(2, 3)`` and ``((2, 3),)``)."""
+    if isinstance(symbol.id, str) and symbol.id.count(".") == 1 and symbol.id.startswith("torch."):
+        method = getattr(torch.Tensor, symbol.id.split(".")[1], None)
+        if callable(method):
+            return method
     if isinstance(symbol.id, str) and symbol.id.startswith("torch."):
         target: Any = torch
         for part in symbol.id.split(".")[1:]:
