@@ -73,7 +73,8 @@ def implicitly_broadcast(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 
 def _checker(*args: Any, **kwargs: Any) -> bool:
-    return bool(implicitly_broadcast(args))
+    # Only a floating-point operand can receive a wrong gradient (a bool ``where`` predicate cannot).
+    return any(dtypes.is_inexact_dtype(args[i].dtype) for i in implicitly_broadcast(args))
 
 
 def _aug_fwd_joint(prim_id: PrimIDs) -> Callable[..., Any]:
