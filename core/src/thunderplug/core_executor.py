@@ -19,6 +19,7 @@ from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
+from thunderplug.subclass_proxy import SubclassTensorProxy
 from thunderplug.subclass_ops import is_subclass_op, subclass_flatten, subclass_unflatten
 
 CORE_EXECUTOR_NAME = "thunderplug"
@@ -29,6 +30,7 @@ class ThunderplugExecutor(FusionExecutor):
         super().__init__(CORE_EXECUTOR_NAME, version=version)
         self.aten = AtenTable(aten_ops)
         self._lookasides.update(self.aten.lookasides())
+        self._lookasides.update(_opaque_proxy_methods())
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
         return False
@@ -50,6 +52,19 @@ class ThunderplugExecutor(FusionExecutor):
             unrolled.bound_symbols = _fold_round_trips([b for bsym in trace.bound_symbols for b in _unroll(bsym)])
             trace = _transform_for_operator_executor_execution(unrolled, others)
         return dce(trace)
+
+
+def _opaque_proxy_methods() -> dict:
+    """SubclassTensorProxy's own methods run as Python, not through thunder's interpreter (as
+    thunder does for TensorProxy's): ``x._data`` must read the proxy, not trace its lookup."""
+    from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
+
+    own = {value for value in vars(SubclassTensorProxy).values() if callable(value)}
+    return {
+        fn: record_source_loc_in_symbol_header(lookaside)
+        for fn, lookaside in get_methods_properties(SubclassTensorProxy)
+        if fn in own or getattr(fn, "__qualname__", "").startswith("SubclassTensorProxy.")
+    }
 
 
 def _needs_unrolling(bsym: BoundSymbol) -> bool:

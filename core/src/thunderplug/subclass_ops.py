@@ -202,6 +202,15 @@ def _build_output(plan: Any, leaves) -> Any:
     return subclass_unflatten(layout, *[_build_output(inner, leaves) for inner in inner_plans])
 
 
+def _is_inplace(overload: torch._ops.OpOverload) -> bool:
+    return overload._opname.endswith("_") and not overload._opname.startswith("_")
+
+
+def _functional(overload: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    packet = getattr(torch.ops.aten, overload._opname[:-1])
+    return getattr(packet, overload._overloadname)
+
+
 def _plain_containers(value: Any) -> Any:
     """fx's immutable_list/immutable_dict as plain list/dict: thunder prints only the built-in kinds."""
     if isinstance(value, dict):
@@ -221,7 +230,17 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
             env[node] = next(inputs)
         elif node.op == "call_function":
             args, kwargs = _plain_containers(torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__))
-            if isinstance(node.target, torch._ops.OpOverload):
+            if isinstance(node.target, torch._ops.OpOverload) and _is_inplace(node.target):
+                mutated = node.args[0]
+                if mutated.op == "placeholder":
+                    raise SubclassDispatchError(
+                        f"{display}: the subclass's dispatch mutates an input in place ({node.target}){user_location()}; "
+                        "thunderplug does not support in-place updates of subclass inner tensors"
+                    )
+                # dispatch code mutating its own temporary (torchao's addmm does ``out.add_(bias)``):
+                # compute the out-of-place op and let every later use of the temporary see the result
+                env[node] = env[mutated] = table.call(_functional(node.target), *args, **kwargs)
+            elif isinstance(node.target, torch._ops.OpOverload):
                 env[node] = table.call(node.target, *args, **kwargs)
             elif node.target is operator.getitem:
                 env[node] = args[0][args[1]]
@@ -271,7 +290,7 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
         return subclass_op_symbol(cls, symbol.id, overload, table)
     torch_fn = torch_function_for(symbol)
     if torch_fn is not None:
-        return subclass_op_symbol(cls, _op_name(symbol), torch_fn, table)
+        return subclass_op_symbol(cls, _op_name(symbol, torch_fn), torch_fn, table)
     if symbol.is_prim:
         raise SubclassDispatchError(
             f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
@@ -280,11 +299,13 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     return None
 
 
-def _op_name(symbol: Symbol) -> str:
-    """``torch.mul``, ``torch.nn.functional.linear``; thunder ids of aliases (``torch.spmm`` for
-    ``mm``) are replaced by the symbol's own name."""
-    op_id = str(symbol.id)
-    return op_id if op_id.rsplit(".", 1)[-1] == symbol.name else f"torch.{symbol.name}"
+def _op_name(symbol: Symbol, torch_fn: Callable[..., Any]) -> str:
+    """``torch.mul``, ``torch.nn.functional.linear``: the function the user called where it is
+    unambiguous (thunder files ``torch.mm`` under the id of its alias ``torch.spmm``)."""
+    name = getattr(torch_fn, "__name__", "")
+    if getattr(torch, name, None) is torch_fn:
+        return f"torch.{name}"
+    return str(symbol.id)
 
 
 def type_of(proxy: SubclassTensorProxy) -> type:

@@ -85,12 +85,17 @@ class SubclassTensorProxy(TensorProxy):
         if inner is not None and name in inner:
             return inner[name]
         layout = self.__dict__.get("layout")
-        if layout is not None and _defined_by_subclass(layout.cls, name):
+        if layout is None:
+            return super().__getattr__(name)
+        if _defined_by_subclass(layout.cls, name):
             attribute = inspect.getattr_static(layout.cls, name)
             if isinstance(attribute, types.FunctionType):  # a method: run its Python code on this proxy
                 return types.MethodType(attribute, self)
-            with fake_mode():
-                value = getattr(self.fake(), name)
+        with fake_mode():
+            fake = self.fake()
+            found = name in vars(fake) or _defined_by_subclass(layout.cls, name)
+            value = getattr(fake, name) if found else None
+        if found:
             if isinstance(value, torch.Tensor):
                 raise AttributeError(
                     f"{layout.cls.__name__}.{name} is a tensor that __tensor_flatten__ does not list; "
