@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from thunder import clang
+from thunder.core import prims
 from thunder.core import jit_ext
 from thunder.core.interpreter import (
     ProvenanceRecord,
@@ -55,10 +56,9 @@ from thunderplug.subclass_ops import (
     dispatch,
     has_subclass_proxy,
     passes_through,
-    reexpose_inner,
-    subclass_flatten,
     subclass_unflatten,
 )
+from thunderplug.subclass_autodiff import tangent_layout
 from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
 
 _originals: dict[str, Any] = {}
@@ -121,7 +121,11 @@ def _subclass_input(x: torch.Tensor, name: str | None, history: Any) -> Subclass
         jit_ctx.add_constraint((clang.check_tensor_shape_and_metadata, inner[attr]))
     proxy = SubclassTensorProxy(layout, inner, outer=x, name=name, history=history)
     jit_ctx.add_constraint((check_subclass, proxy, layout))
-    get_tracectx().scopes[-1].append(subclass_unflatten.bind(layout, *inner.values(), output=proxy))
+    if not x.requires_grad:
+        # the prologue unpacks the inner tensors; ops flatten ``proxy`` and the core executor folds
+        # that back onto them. An input that requires grad is passed whole instead: autograd must
+        # see the subclass object itself, so that its (subclass) gradient reaches it.
+        get_tracectx().scopes[-1].append(subclass_unflatten.bind(layout, *inner.values(), output=proxy))
     return proxy
 
 
@@ -136,15 +140,9 @@ def _symbol_call(self: Symbol, *args: Any, **kwargs: Any) -> Any:
             if subclass_op is not None:
                 return subclass_op(*args, **kwargs)
     result = _originals["Symbol.__call__"](self, *args, **kwargs)
-    if self.executor is not None and self not in (subclass_unflatten, subclass_flatten) and _produces_subclass(result):
-        return reexpose_inner(result)  # e.g. an autograd.Function whose forward builds a subclass
+    if self is prims.get_grad and isinstance(result, SubclassTensorProxy):
+        result.layout = tangent_layout(args[0])  # the gradient's assumed type, as AOTAutograd guesses it
     return result
-
-
-def _produces_subclass(result: Any) -> bool:
-    if isinstance(result, (tuple, list)):
-        return any(isinstance(item, SubclassTensorProxy) for item in result)
-    return isinstance(result, SubclassTensorProxy)
 
 
 # -- 3. isinstance ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.fake import fake_like, fake_mode, to_fake
-from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy, plain_leaves, to_fake_tensor
+from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy, to_fake_tensor
 
 
 class SubclassDispatchError(RuntimeError):
@@ -50,32 +50,38 @@ def _unflatten(layout: SubclassLayout, *inner: torch.Tensor) -> torch.Tensor:
 subclass_unflatten = pythonex.register_operator("subclass_unflatten", meta=_unflatten_meta, fn=_unflatten)
 
 
-def _flatten_meta(value: SubclassTensorProxy) -> tuple[TensorProxy, ...]:
-    return tuple(TensorProxy(like=inner) for inner in value.inner.values())
+def _flatten_meta(value: SubclassTensorProxy, layout: SubclassLayout) -> tuple[TensorProxy, ...]:
+    return tuple(type(inner)(like=inner) for inner in value.inner.values())
 
 
-def _flatten(value: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    attrs, _ = value.__tensor_flatten__()
-    return tuple(getattr(value, name) for name in attrs)
+def _flatten(value: torch.Tensor, layout: SubclassLayout) -> tuple[torch.Tensor, ...]:
+    if type(value) is not layout.cls:
+        value = _coerce_tangent(value, layout)
+    return tuple(getattr(value, name) for name in layout.attrs)
+
+
+def _coerce_tangent(value: torch.Tensor, layout: SubclassLayout) -> torch.Tensor:
+    """A gradient that arrived with another type than the one the backward was traced for."""
+    coerce = getattr(value, "__coerce_same_metadata_as_tangent__", None)
+    coerced = coerce(layout.ctx, layout.cls) if coerce is not None else None
+    if coerced is None:
+        raise TypeError(
+            f"expected a {layout.cls.__name__} (e.g. the gradient of a {layout.cls.__name__} output), got "
+            f"{type(value).__name__}; define __coerce_same_metadata_as_tangent__ on {layout.cls.__name__} to convert it"
+        )
+    return coerced
 
 
 subclass_flatten = pythonex.register_operator("subclass_flatten", meta=_flatten_meta, fn=_flatten)
 
 
-def reexpose_inner(value: Any) -> Any:
-    """Make the inner tensors of subclass values produced inside another symbol (an autograd.Function's
-    forward, say) visible at the top of the trace: ``x = unflatten(layout, *flatten(x))``.
-
-    Later ops use the new inner proxies; where ``x`` itself was built by ``subclass_unflatten``
-    in the same trace, the core executor folds the round trip away before execution.
-    """
-    if isinstance(value, SubclassTensorProxy):
-        if any(isinstance(inner, SubclassTensorProxy) for inner in value.inner.values()):
-            return value  # nested values keep their inner proxies; see docs/subclasses.md
-        return subclass_unflatten(value.layout, *subclass_flatten(value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(reexpose_inner(item) for item in value)
-    return value
+def flatten_to_leaves(value: TensorProxy) -> list[TensorProxy]:
+    """Record ``subclass_flatten`` for a subclass value (recursively for nested ones) and return
+    the plain proxies it is made of; a plain proxy is its own leaf."""
+    if not isinstance(value, SubclassTensorProxy):
+        return [value]
+    parts = subclass_flatten(value, value.layout)
+    return [leaf for part in parts for leaf in flatten_to_leaves(part)]
 
 
 def _check_subclass(value: Any, layout: SubclassLayout) -> None:
@@ -114,11 +120,15 @@ def is_subclass_op(symbol: Symbol) -> bool:
     return symbol.id in _op_symbol_ids
 
 
-def subclass_op_symbol(cls: type, op_name: str, torch_fn: Callable[..., Any], table: AtenTable) -> Symbol:
-    """The symbol ``<Class>.<op_name>`` (e.g. ``TwoTensor.torch.mul``), created once per class and op."""
-    key = (cls, torch_fn, id(table))
+def subclass_op_symbol(
+    display: str, torch_fn: Callable[..., Any], table: AtenTable, *, differentiable: bool = True
+) -> Symbol:
+    """The symbol ``<Class>.<op>`` (e.g. ``TwoTensor.torch.mul``), created once per name and function.
+
+    ``differentiable`` symbols get the gradient of their outer torch op (subclass_autodiff).
+    """
+    key = (display, torch_fn, id(table))
     if key not in _op_symbols:
-        display = f"{cls.__name__}.{op_name}"
 
         def meta(*args: Any, **kwargs: Any) -> Any:
             return unroll(display, torch_fn, table, args, kwargs)
@@ -130,12 +140,16 @@ def subclass_op_symbol(cls: type, op_name: str, torch_fn: Callable[..., Any], ta
         symbol = Symbol(
             name=_identifier(display),
             meta=meta,
-            id=f"thunderplug.subclass.{cls.__module__}.{display}",
+            id=f"thunderplug.subclass.{display}",
             python_printer=printer,
             _module=__import__(__name__, fromlist=["_"]),
         )
         _op_symbol_ids.add(symbol.id)
         _op_symbols[key] = symbol
+        if differentiable:
+            from thunderplug.subclass_autodiff import register_vjp
+
+            register_vjp(symbol, display, torch_fn, table)
     return _op_symbols[key]
 
 
@@ -147,7 +161,8 @@ def unroll(display: str, torch_fn: Callable[..., Any], table: AtenTable, args: t
     """Run ``torch_fn`` on fake subclass instances under make_fx and replay the ATen graph."""
     flat, spec = tree_flatten((args, kwargs))
     tensors = [x for x in flat if isinstance(x, TensorProxy)]
-    leaves = [leaf for t in tensors for leaf in plain_leaves(t)]
+    # flatten -> ATen ops -> unflatten: the decomposition only reads this symbol's own arguments
+    leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     output_plan: list = []
 
     def on_fakes(*fake_leaves: torch.Tensor) -> list[torch.Tensor]:
@@ -256,7 +271,9 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
 # -- which symbol a call on subclass proxies becomes --------------------------------------------
 
 # Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.
-_BOOKKEEPING_PRIM_PREFIXES = ("check_", "unpack_", "python_return", "return", "python_del", "del", "comment", "sink")
+_BOOKKEEPING_PRIM_PREFIXES = (
+    "check_", "unpack_", "python_return", "return", "python_del", "del", "comment", "sink", "put_grad", "get_grad"
+)
 
 
 def has_subclass_proxy(args: tuple, kwargs: dict) -> bool:
@@ -287,16 +304,30 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     )
     overload = _overload_by_id(table).get(symbol.id)
     if overload is not None:
-        return subclass_op_symbol(cls, symbol.id, overload, table)
+        return subclass_op_symbol(f"{cls.__name__}.{symbol.id}", overload, table)
     torch_fn = torch_function_for(symbol)
     if torch_fn is not None:
-        return subclass_op_symbol(cls, _op_name(symbol, torch_fn), torch_fn, table)
+        return subclass_op_symbol(f"{cls.__name__}.{_op_name(symbol, torch_fn)}", torch_fn, table)
+    torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
+    if torch_fn is not None:  # e.g. prims.add from accumulating two gradients
+        return subclass_op_symbol(f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}", torch_fn, table)
     if symbol.is_prim:
         raise SubclassDispatchError(
             f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
             "unrolls torch-level operations on tensor subclasses"
         )
     return None
+
+
+def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
+    """The torch function thunder's torch executor runs a prim with, when it runs it directly."""
+    from thunder.executors.torchex import ex as torchex
+
+    impl = torchex.implmap.get(symbol.id)
+    if impl is None or impl.execution_transform is not None or impl.symbol is None:
+        return None
+    module = impl.symbol.module
+    return getattr(module, impl.symbol.name, None) if module is not None else None
 
 
 def _op_name(symbol: Symbol, torch_fn: Callable[..., Any]) -> str:
@@ -364,4 +395,4 @@ def _is_method(torch_fn: Any) -> bool:
 
 def construct(cls: type, table: AtenTable, args: tuple, kwargs: dict) -> Any:
     """Build a subclass inside a jitted function: ``<Class>.construct`` with the unrolled constructor."""
-    return subclass_op_symbol(cls, "construct", cls, table)(*args, **kwargs)
+    return subclass_op_symbol(f"{cls.__name__}.construct", cls, table)(*args, **kwargs)

@@ -49,8 +49,23 @@ class SubclassLayout:
 class SubclassTensorProxy(TensorProxy):
     """A proxy for a traceable wrapper subclass, carrying the proxies of its inner tensors."""
 
-    def __init__(self, layout: SubclassLayout, inner: dict[str, TensorProxy], *, outer: torch.Tensor, **kwargs: Any):
-        """``outer`` is a real or fake instance whose outer shape, dtype and device the proxy takes."""
+    def __init__(
+        self,
+        layout: SubclassLayout | None = None,
+        inner: dict[str, TensorProxy] | None = None,
+        *,
+        outer: torch.Tensor | None = None,
+        like: SubclassTensorProxy | None = None,
+        **kwargs: Any,
+    ):
+        """From ``layout``, ``inner`` and ``outer`` (a real or fake instance giving the outer shape,
+        dtype and device), or ``like=`` another subclass proxy, which gets fresh inner proxies
+        (thunder makes cotangents this way: ``type(x)(like=x)``)."""
+        if like is not None:
+            super().__init__(like=like, **kwargs)
+            self.layout = like.layout
+            self.inner = {name: _fresh_like(p) for name, p in like.inner.items()}
+            return
         super().__init__(
             shape=tuple(outer.shape),
             device=devices.to_device(outer.device),
@@ -83,7 +98,11 @@ class SubclassTensorProxy(TensorProxy):
         # Only reached for names TensorProxy itself does not define.
         inner = self.__dict__.get("inner")
         if inner is not None and name in inner:
-            return inner[name]
+            if inner[name].history is not None:  # an input's inner tensor, unpacked by the prologue
+                return inner[name]
+            from thunderplug.subclass_ops import subclass_flatten  # reading it is an op on this value
+
+            return subclass_flatten(self, self.layout)[list(inner).index(name)]
         layout = self.__dict__.get("layout")
         if layout is None:
             return super().__getattr__(name)
@@ -105,6 +124,10 @@ class SubclassTensorProxy(TensorProxy):
         return super().__getattr__(name)
 
 
+def _fresh_like(proxy: TensorProxy) -> TensorProxy:
+    return type(proxy)(like=proxy)
+
+
 def _defined_by_subclass(cls: type, name: str) -> bool:
     """True when ``name`` comes from the subclass itself, not from torch.Tensor."""
     for klass in cls.__mro__:
@@ -120,17 +143,6 @@ def to_fake_tensor(proxy: TensorProxy) -> torch.Tensor:
         return proxy.fake()
     return fake_like(proxy)
 
-
-def inner_tensors(tensor: torch.Tensor) -> dict[str, torch.Tensor]:
-    attrs, _ = tensor.__tensor_flatten__()
-    return {name: getattr(tensor, name) for name in attrs}
-
-
-def plain_leaves(value: Any) -> list[TensorProxy]:
-    """The plain tensor proxies a (possibly nested) subclass proxy is made of, in flatten order."""
-    if isinstance(value, SubclassTensorProxy):
-        return [leaf for inner in value.inner.values() for leaf in plain_leaves(inner)]
-    return [value]
 
 
 def is_subclass_tensor(value: Any) -> bool:

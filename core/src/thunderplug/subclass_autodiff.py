@@ -1,0 +1,115 @@
+"""Autodiff above the subclass: a subclass op is differentiated like the outer torch op.
+
+The gradient rule of ``TwoTensor.torch.mul`` re-emits the forward op and adds one backward
+symbol, ``TwoTensor.torch.mul.backward``, whose decomposition is what torch's own autograd does
+for ``torch.mul`` on TwoTensor values: ``torch.autograd.grad`` run on FakeTensor subclass
+instances under ``make_fx``, so every backward ATen op also goes through the subclass's
+``__torch_dispatch__`` (exactly as AOTAutograd does). Ops that only exist inside dispatch, such as
+``torch._scaled_mm``, therefore never need a derivative, and gradients have the types eager
+produces (a plain ``w`` multiplied with a TwoTensor gets a TwoTensor gradient).
+
+Cotangents of subclass outputs arrive at run time as real subclass objects; the backward ops
+flatten them like any other subclass argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as torch_pytree
+from thunder.core import dtypes, prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.symbol import Symbol
+from thunder.core.transforms import register_grad
+
+from thunderplug.aten import AtenTable
+from thunderplug.fake import fake_mode
+from thunderplug.subclass_ops import subclass_flatten, subclass_op_symbol, subclass_unflatten
+from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
+
+
+def register_vjp(symbol: Symbol, display: str, torch_fn: Callable[..., Any], table: AtenTable) -> None:
+    """Give a subclass op symbol the gradient of its outer torch op."""
+    backward = subclass_op_symbol_for_backward(display, torch_fn, table)
+
+    def grad_rule(*args: Any, **kwargs: Any) -> Any:
+        result = symbol(*args, **kwargs)
+        outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
+        cotangents = [prims.get_grad(o) for o in outputs]
+        grads = backward(args, kwargs, cotangents)
+        inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+        for value, grad in zip(inputs, grads):
+            if grad is not None and _differentiable(value):
+                prims.put_grad(value, grad)
+        return result
+
+    register_grad(symbol.id, grad_rule)
+
+
+def subclass_op_symbol_for_backward(display: str, torch_fn: Callable[..., Any], table: AtenTable) -> Symbol:
+    """``<Class>.<op>.backward(args, kwargs, cotangents)`` -> one gradient per tensor argument."""
+    key = (display, torch_fn, id(table))
+    if key not in _backward_symbols:
+        _backward_symbols[key] = subclass_op_symbol(
+            f"{display}.backward", _vjp_of(torch_fn), table, differentiable=False
+        )
+    return _backward_symbols[key]
+
+
+_backward_symbols: dict[tuple, Symbol] = {}
+
+
+def _vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
+    def vjp(args: tuple, kwargs: dict, cotangents: list) -> list:
+        flat, _ = torch_pytree.tree_flatten((args, kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        inputs = [t for t in tensors if t.dtype.is_floating_point or t.dtype.is_complex]
+        for t in inputs:
+            t.requires_grad_(True)
+        result = torch_fn(*args, **kwargs)
+        outputs = [o for o in torch_pytree.tree_leaves(result) if isinstance(o, torch.Tensor) and o.requires_grad]
+        grads = torch.autograd.grad(outputs, inputs, cotangents[: len(outputs)], allow_unused=True)
+        by_input = {id(t): g for t, g in zip(inputs, grads)}
+        return [by_input.get(id(t)) for t in tensors]
+
+    vjp.__name__ = f"vjp_{getattr(torch_fn, '__name__', 'op')}"
+    return vjp
+
+
+def _differentiable(value: Any) -> bool:
+    return isinstance(value, TensorProxy) and dtypes.is_inexact_dtype(value.dtype)
+
+
+# -- cotangents of subclass outputs -------------------------------------------------------------
+
+
+def tangent_layout(output: SubclassTensorProxy) -> SubclassLayout:
+    """The layout assumed for the gradient of ``output``: its own, after ``__coerce_tangent_metadata__``
+    (AOTAutograd's guess). A gradient arriving otherwise is converted by ``subclass_flatten`` with
+    ``__coerce_same_metadata_as_tangent__``, or refused with a clear error."""
+    with fake_mode():
+        fake = output.fake()
+        coerce = getattr(fake, "__coerce_tangent_metadata__", None)
+        if coerce is not None:
+            fake = coerce()
+        return SubclassLayout.of(fake)
+
+
+# -- the boundary operations are not differentiated themselves ------------------------------------
+# Gradients reach subclass values through the subclass ops' rules above, never through their inner
+# tensors (inner tensors never require grad; a subclass built directly from tensors is a new
+# autograd leaf in eager PyTorch too). These rules only re-emit the forward.
+
+
+def _forward_only(op: Symbol) -> Callable[..., Any]:
+    def rule(*args: Any, **kwargs: Any) -> Any:
+        return op(*args, **kwargs)
+
+    return rule
+
+
+for _op in (subclass_unflatten, subclass_flatten):
+    register_grad(_op, _forward_only(_op))
