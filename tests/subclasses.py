@@ -46,7 +46,7 @@ class ScaledTensor(torch.Tensor):
             return ScaledTensor(args[0].data_, args[0].scale * args[1])
         if func in (aten.t.default, aten.neg.default, aten.clone.default, aten.detach.default):
             return ScaledTensor(func(args[0].data_, *args[1:], **kwargs), args[0].scale)
-        if func in (aten.add.Tensor, aten.mm.default, aten.sin.default, aten.sum.default):
+        if func in (aten.add.Tensor, aten.mul.Tensor, aten.mm.default, aten.sin.default, aten.cos.default, aten.sum.default):
             plain = tree_map(lambda a: a.dequantize() if isinstance(a, ScaledTensor) else a, args)
             return func(*plain, **kwargs)
         raise NotImplementedError(f"ScaledTensor does not support {func}")

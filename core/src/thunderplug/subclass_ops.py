@@ -176,13 +176,23 @@ def unroll(display: str, torch_fn: Callable[..., Any], table: AtenTable, args: t
 
     try:
         with fake_mode():
-            graph = make_fx(on_fakes)(*[fake_like(leaf) for leaf in leaves])
+            graph = make_fx(on_fakes, decomposition_table=_decompositions(table))(*[fake_like(leaf) for leaf in leaves])
     except Exception as error:
         raise SubclassDispatchError(f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}") from error
     out_leaves = iter(_replay(graph, leaves, table, display))
     out_spec, plans = output_plan
     outputs = [_build_output(plan, out_leaves) for plan in plans]
     return torch_pytree.tree_unflatten(outputs, out_spec)
+
+
+def _decompositions(table: AtenTable) -> dict:
+    """torch's own decompositions to core ATen, for the ops no plugin registers (the backward
+    kernels autograd emits, e.g. ``threshold_backward``); registered ops stay whole."""
+    if not hasattr(table, "_decompositions"):
+        from torch._decomp import core_aten_decompositions
+
+        table._decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in table.symbols}
+    return table._decompositions
 
 
 def _rebuild_fake(proxy: TensorProxy, fake_leaves) -> torch.Tensor:

@@ -1,0 +1,52 @@
+"""torchao float8 training (convert_to_float8_training) under thunder.jit(executors=discover())."""
+
+import copy
+
+import pytest
+import thunder
+import torch
+
+import thunderplug
+
+float8 = pytest.importorskip("torchao.float8")
+
+RECIPES = {
+    "tensorwise": lambda: float8.Float8LinearConfig.from_recipe_name("tensorwise"),
+    "tensorwise-emulated": lambda: float8.Float8LinearConfig(emulate=True),
+}
+
+
+def mlp(bias: bool) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(32, 64, bias=bias), torch.nn.GELU(), torch.nn.Linear(64, 16, bias=bias))
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_five_sgd_steps_match_eager(recipe, bias):
+    torch.manual_seed(0)
+    model = mlp(bias)
+    eager = float8.convert_to_float8_training(copy.deepcopy(model), config=RECIPES[recipe]())
+    compiled = thunder.jit(
+        float8.convert_to_float8_training(copy.deepcopy(model), config=RECIPES[recipe]()),
+        executors=thunderplug.discover(),
+    )
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, compiled)]
+    for _ in range(5):
+        x, target = torch.randn(16, 32), torch.randn(16, 16)
+        losses = []
+        for module, optimizer in zip((eager, compiled), optimizers):
+            loss = torch.nn.functional.mse_loss(module(x), target)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    for p, q in zip(eager.parameters(), compiled.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-4, rtol=1e-4)
+
+
+def test_rowwise_is_not_supported_on_cpu_by_torch_itself():
+    """torch 2.9.1's CPU _scaled_mm supports only per-tensor scales: eager fails the same way."""
+    model = float8.convert_to_float8_training(mlp(True), config=float8.Float8LinearConfig.from_recipe_name("rowwise"))
+    with pytest.raises(RuntimeError, match="per-tensor scaling"):
+        model(torch.randn(16, 32))
