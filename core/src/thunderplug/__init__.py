@@ -11,15 +11,17 @@ from typing import Any
 from thunderplug.discovery import DuplicateRegistrationError, PluginHost, default_host
 from thunderplug.hookspecs import hookimpl
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import AtenOp, ExecutorSpec, Priority
+from thunderplug.specs import AtenOp, Claim, ExecutorSpec, Priority, Stage
 
 __all__ = [
     "AtenOp",
+    "Claim",
     "DuplicateRegistrationError",
     "ExecutorSpec",
     "PluginHost",
     "PluginStatus",
     "Priority",
+    "Stage",
     "Status",
     "discover",
     "hookimpl",

@@ -61,6 +61,13 @@ def symbol_for(op: AtenOp) -> Symbol:
     return symbol
 
 
+def registered_symbol(overload: OpOverload) -> Symbol:
+    """The symbol of an overload some plugin registered (for executors that claim it)."""
+    if overload not in _symbols:
+        raise _unsupported(f"torch.ops.{overload.namespace}.{overload._opname}.{overload._overloadname}")
+    return _symbols[overload]
+
+
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     def meta(*args: Any, **kwargs: Any) -> Any:
         result = op.decomposition(*args, **kwargs)

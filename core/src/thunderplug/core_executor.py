@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import dce
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
@@ -36,7 +36,14 @@ class ThunderplugExecutor(FusionExecutor):
         return False
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
-        return is_subclass_op(bsym.sym)
+        """Keep subclass ops whole for unrolling, unless another executor claims the op itself."""
+        if not is_subclass_op(bsym.sym):
+            return False
+        from thunder.core.compile_data import get_compile_data
+
+        compile_data = get_compile_data()
+        others = compile_data.executors_list if compile_data is not None else ()
+        return not any(ex is not self and ex.can_execute(bsym) for ex in others)
 
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         if not any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
@@ -49,7 +56,8 @@ class ThunderplugExecutor(FusionExecutor):
         # (and nested autograd.Functions); repeat until none is left.
         while any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             unrolled = from_trace(trace)
-            unrolled.bound_symbols = _fold_round_trips([b for bsym in trace.bound_symbols for b in _unroll(bsym)])
+            retyped = _retrace_stale(trace.bound_symbols, unrolled)
+            unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
             trace = _transform_for_operator_executor_execution(unrolled, others)
         return dce(trace)
 
@@ -82,6 +90,38 @@ def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
         sub.tags.update(bsym.tags)  # keep e.g. the BACKWARD tag
         result.extend(_unroll(sub))
     return result
+
+
+def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx) -> list[BoundSymbol]:
+    """Re-decompose subclass ops whose argument types changed after autodiff.
+
+    A gradient rule traces its backward assuming the gradient of a subclass value has that value's
+    type; autodiff then substitutes the gradient really computed, which eager PyTorch may make a
+    plain tensor (a float8 value used by a matmul gets a plain gradient). Such ops are traced again
+    for the real types, and their new outputs replace the old ones downstream.
+    """
+    swap: dict = {}
+    result = []
+    for bsym in bsyms:
+        if swap:
+            bsym = bsym.from_bsym_swap_proxies(swap)
+        if is_subclass_op(bsym.sym) and _has_stale_flatten(bsym):
+            with tracectx(trace):
+                trace.push_scope([])
+                bsym.sym(*bsym.args, **bsym.kwargs)
+                (fresh,) = trace.pop_scope()
+            fresh.tags.update(bsym.tags)
+            for old, new in zip(bsym.flat_proxy_outs, fresh.flat_proxy_outs):
+                swap[variableify(old)] = new
+            bsym = fresh
+        result.append(bsym)
+    return result
+
+
+def _has_stale_flatten(bsym: BoundSymbol) -> bool:
+    return any(
+        sub.sym == subclass_flatten and not isinstance(sub.args[0], SubclassTensorProxy) for sub in bsym.subsymbols
+    )
 
 
 def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:

@@ -17,10 +17,9 @@ import pluggy
 
 from thunderplug import hookspecs
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import AtenOp, ExecutorSpec
+from thunderplug.specs import AtenOp, Claim, ExecutorSpec
 
 ENTRY_POINT_GROUP = "thunderplug"
-_HOOK_NAMES = ("unavailable_reason", "register_executors", "register_aten_ops")
 
 log = logging.getLogger("thunderplug")
 
@@ -124,8 +123,11 @@ class PluginHost:
                 return
             specs: list[ExecutorSpec] = []
             ops: list[AtenOp] = []
+            claims: list[Claim] = []
             self._guarded(status, self._call, name, "register_executors", register=specs.append)
             self._guarded(status, self._call, name, "register_aten_ops", register=ops.append)
+            self._guarded(status, self._call, name, "register_claims", register=claims.append)
+            specs += self._guarded(status, _claim_executor_specs, claims)
         except _PluginSkipped:
             if self._manager.has_plugin(name):
                 self._manager.unregister(name=name)
@@ -228,6 +230,26 @@ class PluginHost:
         self._executor_specs.pop(plugin_name, None)
         self._aten_ops.pop(plugin_name, None)
         log.info("thunderplug plugin %s failed: %s", plugin_name, status.reason)
+
+
+def _claim_executor_specs(claims: list[Claim]) -> list[ExecutorSpec]:
+    """One executor per ``Claim.executor`` name, built (importing thunder) only when selected."""
+    by_executor: dict[str, list[Claim]] = {}
+    for claim in claims:
+        by_executor.setdefault(claim.executor, []).append(claim)
+
+    def factory(name: str, grouped: list[Claim]):
+        def build():
+            from thunderplug.claims import claim_executor
+
+            return claim_executor(name, grouped)
+
+        return build
+
+    return [
+        ExecutorSpec(name, factory(name, grouped), max(c.priority for c in grouped), "claims: " + ", ".join(str(c.target) for c in grouped))
+        for name, grouped in by_executor.items()
+    ]
 
 
 _default_host: PluginHost | None = None

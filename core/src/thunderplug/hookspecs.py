@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pluggy
 
-from thunderplug.specs import AtenOp, ExecutorSpec
+from thunderplug.specs import AtenOp, Claim, ExecutorSpec
 
 PROJECT_NAME = "thunderplug"
 
@@ -49,4 +49,15 @@ def register_aten_ops(register: Callable[[AtenOp], None]) -> None:
     and ``torch.ops.aten.<op>.<overload>(...)`` resolve to it inside ``thunder.jit``, and checks
     the decomposition's output metadata against torch's own meta kernel. An overload registered
     by two plugins is an error naming both.
+    """
+
+
+@hookspec
+def register_claims(register: Callable[[Claim], None]) -> None:
+    """Call ``register(Claim(...))`` for each op one of this plugin's executors takes.
+
+    Called once when the plugin is loaded and available. The core turns the claims into thunder
+    executors (one per ``Claim.executor`` name) and orders them by ``Claim.priority`` with the
+    other executors, so that a before-autodiff claim is asked before any fuser, whatever the
+    install order. See docs/claims.md.
     """

@@ -64,3 +64,46 @@ class AtenOp:
     def qualified_name(self) -> str:
         """``torch.ops.aten.add.Tensor``: the symbol id and how traces print it."""
         return f"torch.ops.{self.overload.namespace}.{self.overload._opname}.{self.overload._overloadname}"
+
+
+class Stage:
+    """When a claim is decided (docs/claims.md)."""
+
+    BEFORE_AUTODIFF = "before autodiff"  #: takes a subclass op whole, with its own fwd+bwd
+    AFTER_UNROLLING = "after unrolling"  #: takes an ATen op of the unrolled program
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One op an executor takes, decided by ``checker`` on the op's arguments (proxies).
+
+    ``checker`` returns ``None`` to accept or a short reason to decline ("needs CUDA", "K not
+    divisible by 16"); ``thunderplug.explain`` shows the reasons. Implementations are written in
+    torch and run on the op's real argument types:
+
+    * ``Stage.BEFORE_AUTODIFF``, ``target`` a subclass op name such as
+      ``"Float8TrainingTensor.torch.mm"``: ``forward(*args)`` computes the op and
+      ``backward(*args, grad)`` returns one gradient per tensor argument (``None`` for none). Both
+      are traced on FakeTensors and unrolled into ATen ops like any subclass op, so the rule
+      replaces autodiff of the op, never the subclass's dispatch.
+    * ``Stage.AFTER_UNROLLING``, ``target`` an ATen overload: ``forward(*args, **kwargs)`` runs it
+      (e.g. a library kernel) instead of its decomposition.
+    """
+
+    executor: str
+    stage: str
+    target: Any
+    checker: Callable[..., str | None]
+    forward: Callable[..., Any] | None = None
+    backward: Callable[..., Any] | None = None
+    priority: int = Priority.BEFORE_AUTODIFF
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.executor):
+            raise ValueError(f"executor name {self.executor!r} must match {_NAME.pattern}")
+        if self.stage not in (Stage.BEFORE_AUTODIFF, Stage.AFTER_UNROLLING):
+            raise ValueError(f"unknown claim stage {self.stage!r}")
+        if self.stage == Stage.BEFORE_AUTODIFF and self.backward is None:
+            raise ValueError(f"a before-autodiff claim of {self.target} needs a backward")
+        if self.stage == Stage.AFTER_UNROLLING and self.forward is None:
+            raise ValueError(f"an after-unrolling claim of {self.target} needs a forward")

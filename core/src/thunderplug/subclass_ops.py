@@ -114,6 +114,7 @@ check_not_subclass = pythonex.register_operator(
 
 _op_symbols: dict[tuple[type, Any, int], Symbol] = {}
 _op_symbol_ids: set[str] = set()
+_torch_fn_by_display: dict[str, Callable[..., Any]] = {}
 
 
 def is_subclass_op(symbol: Symbol) -> bool:
@@ -146,11 +147,23 @@ def subclass_op_symbol(
         )
         _op_symbol_ids.add(symbol.id)
         _op_symbols[key] = symbol
+        _torch_fn_by_display.setdefault(display, torch_fn)
         if differentiable:
             from thunderplug.subclass_autodiff import register_vjp
 
             register_vjp(symbol, display, torch_fn, table)
     return _op_symbols[key]
+
+
+def torch_function_of(display: str) -> Callable[..., Any]:
+    """The torch function behind a subclass op seen so far (``TwoTensor.torch.mul`` -> ``torch.mul``)."""
+    if display in _torch_fn_by_display:
+        return _torch_fn_by_display[display]
+    _, _, path = display.partition(".")
+    target: Any = __import__("torch")
+    for part in path.split(".")[1:]:
+        target = getattr(target, part)
+    return target
 
 
 def _identifier(text: str) -> str:
@@ -315,9 +328,9 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     overload = _overload_by_id(table).get(symbol.id)
     if overload is not None:
         return subclass_op_symbol(f"{cls.__name__}.{symbol.id}", overload, table)
-    torch_fn = torch_function_for(symbol)
+    torch_fn, op_name = torch_function_for(symbol)
     if torch_fn is not None:
-        return subclass_op_symbol(f"{cls.__name__}.{_op_name(symbol, torch_fn)}", torch_fn, table)
+        return subclass_op_symbol(f"{cls.__name__}.{op_name}", torch_fn, table)
     torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
     if torch_fn is not None:  # e.g. prims.add from accumulating two gradients
         return subclass_op_symbol(f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}", torch_fn, table)
@@ -340,15 +353,6 @@ def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
     return getattr(module, impl.symbol.name, None) if module is not None else None
 
 
-def _op_name(symbol: Symbol, torch_fn: Callable[..., Any]) -> str:
-    """``torch.mul``, ``torch.nn.functional.linear``: the function the user called where it is
-    unambiguous (thunder files ``torch.mm`` under the id of its alias ``torch.spmm``)."""
-    name = getattr(torch_fn, "__name__", "")
-    if getattr(torch, name, None) is torch_fn:
-        return f"torch.{name}"
-    return str(symbol.id)
-
-
 def type_of(proxy: SubclassTensorProxy) -> type:
     return proxy.subclass_type
 
@@ -359,35 +363,36 @@ def _overload_by_id(table: AtenTable) -> dict[str, torch._ops.OpOverload]:
     return table._by_id
 
 
-_torch_fn_by_symbol_id: dict[Any, Callable[..., Any]] = {}
+_torch_keys_by_symbol_id: dict[Any, list[Callable[..., Any]]] = {}
 
 
-def _torch_functions() -> dict[Any, Callable[..., Any]]:
-    """thunder.torch symbol id -> the torch callable it stands for, functions before methods.
-
-    Most ids are dotted torch paths (``torch.mul``, ``torch.nn.functional.linear``,
-    ``torch.Tensor.to``); the rest come from thunder's torch-function map.
-    """
-    if not _torch_fn_by_symbol_id:
+def _torch_keys(symbol: Symbol) -> list[Callable[..., Any]]:
+    """The torch callables thunder maps to ``symbol`` (thunder's map is keyed the other way)."""
+    if not _torch_keys_by_symbol_id:
         from thunder.torch import _torch_to_thunder_function_map
 
-        candidates = [
-            (torch_fn, symbol)
-            for torch_fn, symbol in _torch_to_thunder_function_map.items()
-            if isinstance(symbol, Symbol) and callable(torch_fn)
-        ]
-        for torch_fn, symbol in sorted(candidates, key=lambda pair: _is_method(pair[0])):
-            _torch_fn_by_symbol_id.setdefault(symbol.id, torch_fn)
-    return _torch_fn_by_symbol_id
+        for torch_fn, target in _torch_to_thunder_function_map.items():
+            if isinstance(target, Symbol) and callable(torch_fn):
+                _torch_keys_by_symbol_id.setdefault(target.id, []).append(torch_fn)
+    return _torch_keys_by_symbol_id.get(symbol.id, [])
 
 
-def torch_function_for(symbol: Symbol) -> Callable[..., Any] | None:
-    """The torch callable a thunder.torch symbol stands for. ``torch.Tensor`` methods come first:
-    they accept every calling convention the functions do (``x.reshape(2, 3)`` and ``((2, 3),)``)."""
+def torch_function_for(symbol: Symbol) -> tuple[Callable[..., Any], str] | tuple[None, None]:
+    """The torch callable a thunder.torch symbol stands for, and the name to show it under.
+
+    A ``torch.Tensor`` method comes first: it accepts every calling convention the function does
+    (``x.reshape(2, 3)`` and ``((2, 3),)``), and its name is the one users call (thunder files
+    ``torch.mm`` under the id of its alias ``torch.spmm``).
+    """
+    methods = [
+        fn for fn in _torch_keys(symbol) if _is_method(fn) and not getattr(fn, "__name__", "_").startswith("_")
+    ]
     if isinstance(symbol.id, str) and symbol.id.count(".") == 1 and symbol.id.startswith("torch."):
         method = getattr(torch.Tensor, symbol.id.split(".")[1], None)
         if callable(method):
-            return method
+            methods.insert(0, method)
+    if methods:
+        return methods[0], f"torch.{methods[0].__name__}"
     if isinstance(symbol.id, str) and symbol.id.startswith("torch."):
         target: Any = torch
         for part in symbol.id.split(".")[1:]:
@@ -395,12 +400,13 @@ def torch_function_for(symbol: Symbol) -> Callable[..., Any] | None:
             if target is None:
                 break
         if callable(target):
-            return target
-    return _torch_functions().get(symbol.id)
+            return target, symbol.id
+    keys = _torch_keys(symbol)
+    return (keys[0], str(symbol.id)) if keys else (None, None)
 
 
 def _is_method(torch_fn: Any) -> bool:
-    return "Tensor." in getattr(torch_fn, "__qualname__", "")
+    return "Tensor" in getattr(torch_fn, "__qualname__", "").split(".")[0]
 
 
 def construct(cls: type, table: AtenTable, args: tuple, kwargs: dict) -> Any:

@@ -54,6 +54,17 @@ def amin(a, dim=(), keepdim=False):
     return ltorch.amin(a, _dims(a, dim), keepdim)
 
 
+@decomposes(aten.max.default)
+def max_all(a):
+    """torch.max(x) with no dim (torchao's amax of a tensor); same value and gradient as amax."""
+    return ltorch.amax(a, tuple(range(a.ndim)), False)
+
+
+@decomposes(aten.min.default)
+def min_all(a):
+    return ltorch.amin(a, tuple(range(a.ndim)), False)
+
+
 @decomposes(aten.any.default, aten.any.dim, aten.any.dims, differentiable=False)
 def any_true(a, dim=None, keepdim=False):
     return ltorch.any_tensor(a, _dims(a, dim), keepdim)

@@ -1,0 +1,108 @@
+"""Claims turned into thunder executors, and the record of who declined what and why.
+
+thunder asks executors in list order: the first that can execute an op decides its gradient rule
+and executes it. ``discover()`` orders claim executors by priority, so a before-autodiff claim
+(``Priority.BEFORE_AUTODIFF``) is asked right after the core executor, which steps aside for it,
+and before any fuser, whatever the install order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
+from thunder.extend import OperatorExecutor
+
+from thunderplug.specs import Claim, Stage
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One answer of a claim's checker: accepted (``reason is None``) or declined and why."""
+
+    executor: str
+    stage: str
+    target: str
+    reason: str | None
+
+
+decisions: dict[tuple[str, str], Decision] = {}  # (executor, target) -> latest answer
+
+
+def claim_executor(name: str, claims: list[Claim]) -> OperatorExecutor:
+    executor = OperatorExecutor(name, version="claims")
+    for claim in claims:
+        if claim.stage == Stage.BEFORE_AUTODIFF:
+            _claim_subclass_op(executor, claim)
+        else:
+            _claim_aten_op(executor, claim)
+    return executor
+
+
+def _recording_checker(executor: OperatorExecutor, claim: Claim) -> Callable[..., bool]:
+    target = str(claim.target)
+
+    def check(*args: Any, **kwargs: Any) -> bool:
+        reason = claim.checker(*args, **kwargs)
+        decisions[(executor.name, target)] = Decision(executor.name, claim.stage, target, reason)
+        return reason is None
+
+    return check
+
+
+def _claim_subclass_op(executor: OperatorExecutor, claim: Claim) -> None:
+    from thunderplug.core_executor import active_core_executor
+    from thunderplug.subclass_ops import subclass_op_symbol, torch_function_of
+
+    target = str(claim.target)
+
+    def symbols():
+        table = active_core_executor().aten
+        forward = claim.forward or torch_function_of(target)
+        return (
+            subclass_op_symbol(f"{target}.{executor.name}.forward", forward, table, differentiable=False),
+            subclass_op_symbol(f"{target}.{executor.name}.backward", _backward_of(claim.backward), table, differentiable=False),
+        )
+
+    def execution_transform(*args: Any, **kwargs: Any) -> Any:
+        return symbols()[0](*args, **kwargs)
+
+    def grad_transform(*args: Any, **kwargs: Any) -> Any:
+        forward, backward = symbols()
+        result = forward(*args, **kwargs)
+        outputs = [o for o in tree_flatten(result)[0] if isinstance(o, TensorProxy)]
+        grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs])
+        inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+        for value, grad in zip(inputs, grads):
+            if grad is not None:
+                prims.put_grad(value, grad)
+        return result
+
+    executor.register_implementation(
+        f"thunderplug.subclass.{target}",
+        checker=_recording_checker(executor, claim),
+        execution_transform=execution_transform,
+        grad_transform=grad_transform,
+    )
+
+
+def _backward_of(backward: Callable[..., Any]) -> Callable[..., Any]:
+    def run(args: tuple, kwargs: dict, cotangents: list) -> list:
+        return list(backward(*args, *cotangents, **kwargs))
+
+    run.__name__ = getattr(backward, "__name__", "backward")
+    return run
+
+
+def _claim_aten_op(executor: OperatorExecutor, claim: Claim) -> None:
+    from thunderplug.aten import registered_symbol
+
+    symbol = registered_symbol(claim.target)
+    operation = executor.register_operator(
+        f"{executor.name}_{claim.target._opname}_{claim.target._overloadname}", like=symbol, fn=claim.forward
+    )
+    executor.register_implementation(symbol, operation, checker=_recording_checker(executor, claim))

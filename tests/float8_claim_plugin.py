@@ -1,0 +1,67 @@
+"""A real claim plugin for the tests: takes ``torch.mm`` of two float8 training tensors before
+autodiff, with its own forward and backward written in torch (float8 e5m2 gradients through
+``_scaled_mm``, as torchao's Float8Linear does). It counts how often its rule is traced."""
+
+import torch
+from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
+from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
+
+from thunderplug import Claim, Priority, Stage, hookimpl
+from thunderplug.subclass_proxy import SubclassTensorProxy
+
+calls = {"forward": 0, "backward": 0}
+
+
+def float8_mm_checker(a, b):
+    for value in (a, b):
+        if not (isinstance(value, SubclassTensorProxy) and value.subclass_type is Float8TrainingTensor):
+            return "needs two Float8TrainingTensor operands"
+    return None
+
+
+def float8_mm_forward(a, b):
+    calls["forward"] += 1
+    return torch.mm(a, b)
+
+
+def float8_mm_backward(a, b, grad):
+    calls["backward"] += 1
+    grad8 = hp_tensor_to_float8_dynamic(
+        grad, torch.float8_e5m2, a._linear_mm_config, gemm_input_role=GemmInputRole.GRAD_OUTPUT
+    )
+    grad_a = torch.mm(grad8, b.t())  # grad_input: (GRAD_OUTPUT, WEIGHT)
+    grad_b = torch.mm(grad8.t(), a).t()  # grad_weight: (GRAD_OUTPUT, INPUT)
+    return grad_a, grad_b
+
+
+class EagerFloat8MM(torch.autograd.Function):
+    """The same rule in eager PyTorch: the reference the compiled numbers are checked against."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return torch.mm(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return float8_mm_backward(a, b, grad)
+
+
+def plugin(executor_name: str):
+    class Float8ClaimPlugin:
+        @hookimpl
+        def register_claims(self, register):
+            register(
+                Claim(
+                    executor=executor_name,
+                    stage=Stage.BEFORE_AUTODIFF,
+                    target="Float8TrainingTensor.torch.mm",
+                    checker=float8_mm_checker,
+                    forward=float8_mm_forward,
+                    backward=float8_mm_backward,
+                    priority=Priority.BEFORE_AUTODIFF,
+                )
+            )
+
+    return Float8ClaimPlugin()

