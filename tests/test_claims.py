@@ -33,7 +33,7 @@ def fresh_inputs():
 def test_before_autodiff_claim_wins_in_any_order(register_plugin, executor_name):
     register_plugin(claim_plugin.plugin(executor_name), executor_name)
     claim_plugin.calls.update(forward=0, backward=0)
-    executors = thunderplug.discover()
+    executors = thunderplug.discover(exclude=["float8"])  # the float8 plugin claims the same op
     names = [ex.name for ex in executors]
     assert names.index("thunderplug") < names.index(executor_name) < names.index("aten")
 
@@ -56,26 +56,35 @@ def test_without_the_claim_the_generic_path_refuses_like_eager():
     a, b = fresh_inputs()
     with pytest.raises(Exception, match="Expecting  both Float8TrainingTensor"):
         program(a, b).backward()
-    jitted = thunder.jit(program, executors=thunderplug.discover())
+    jitted = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))
     with pytest.raises(Exception, match="Expecting  both Float8TrainingTensor"):
         jitted(*fresh_inputs()).backward()
 
 
 def test_forward_without_grad_is_the_same_with_and_without_the_claim(register_plugin):
     a, b = (t.detach() for t in fresh_inputs())
-    plain = thunder.jit(program, executors=thunderplug.discover())(a, b)
+    plain = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))(a, b)
     register_plugin(claim_plugin.plugin("float8_claim"), "float8_claim")
-    claimed = thunder.jit(program, executors=thunderplug.discover())(a, b)
+    claimed = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))(a, b)
     torch.testing.assert_close(claimed, plain)
     torch.testing.assert_close(plain, program(a, b))
 
 
-def test_declined_claims_are_recorded_with_their_reason(register_plugin):
-    from thunderplug.claims import decisions
+def test_explain_shows_the_claim_and_the_declines(register_plugin):
+    from thunderplug.explain import explain, format_rows
 
     register_plugin(claim_plugin.plugin("float8_claim"), "float8_claim")
-    from torch.testing._internal.two_tensor import TwoTensor
+    jitted = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))
+    jitted(*fresh_inputs()).backward()
+    rows = explain(jitted)
+    mm = next(r for r in rows if r.op == "Float8TrainingTensor.torch.mm")
+    assert (mm.executor, mm.stage) == ("float8_claim", "before autodiff")
+    assert any(r.trace == "backward" and r.executor == "aten" and "scaled_mm" in r.op for r in rows) is False
+    assert "float8_claim" in format_rows(rows)
 
-    x = TwoTensor(torch.randn(3, 3), torch.randn(3, 3))
-    thunder.jit(lambda x: torch.mm(x, x), executors=thunderplug.discover())(x)
-    assert decisions[("float8_claim", "Float8TrainingTensor.torch.mm")].reason is None or True
+    odd_k = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))
+    with torch.no_grad():
+        odd_k(torch.randn(16, 24), torch.randn(8, 24))
+    row = next(r for r in explain(odd_k) if r.op == "Float8TrainingTensor.torch.mm")
+    assert row.executor.startswith("thunderplug")
+    assert row.declined == ("float8_claim: K (= 24) not divisible by 16",)

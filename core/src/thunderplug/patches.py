@@ -20,10 +20,14 @@ compilation in progress uses ``discover()``'s executors (the ``thunderplug`` cor
    config dataclass, as torchao's ``matmul_with_hp_or_float8_args`` takes) fails with
    ``AttributeError: ... has no attribute 'name'``. Such arguments are constants of the trace; we
    name them instead of crashing. Always active: it only turns that crash into working code.
+6. ``recording_jitted_functions()`` (only for ``thunderplug explain <script>``, only inside its
+   ``with`` block): wraps ``thunder.jit`` to collect the functions a script compiles.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -185,3 +189,25 @@ def _siginfo_from_name_and_args(name: str, args: Any) -> SigInfo:
         named = arg if isinstance(arg, ProxyInterface) else proxy(arg)
         signature.args.append((named.name if isinstance(named, ProxyInterface) else f"_constant_{index}", None))
     return signature
+
+
+# -- 6. finding the functions a script compiles (thunderplug explain) --------------------------------
+
+
+@contextlib.contextmanager
+def recording_jitted_functions() -> Iterator[list]:
+    import thunder
+
+    recorded: list = []
+    original = thunder.jit
+
+    def jit(*args: Any, **kwargs: Any) -> Any:
+        jitted = original(*args, **kwargs)
+        recorded.append(jitted)
+        return jitted
+
+    thunder.jit = jit
+    try:
+        yield recorded
+    finally:
+        thunder.jit = original

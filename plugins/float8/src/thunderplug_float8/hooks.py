@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from thunderplug import hookimpl
+from thunderplug import Claim, Priority, Stage, hookimpl
 from thunderplug.availability import missing_package_reason
 
 
 @hookimpl
 def unavailable_reason() -> str | None:
     return missing_package_reason("torchao", "pip install torchao==0.14.1")
+
+
+@hookimpl
+def register_claims(register) -> None:
+    from thunderplug_float8 import rules
+
+    register(
+        Claim(
+            executor="float8",
+            stage=Stage.BEFORE_AUTODIFF,
+            target=rules.TARGET,
+            checker=rules.float8_mm_checker,
+            forward=rules.float8_mm_forward,
+            backward=rules.float8_mm_backward,
+            priority=Priority.BEFORE_AUTODIFF,
+        )
+    )

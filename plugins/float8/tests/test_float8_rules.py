@@ -1,0 +1,49 @@
+"""The float8 plugin's mm rule: equal to the same rule in eager PyTorch, forward and backward."""
+
+import pytest
+import thunder
+import torch
+
+import thunderplug
+
+pytest.importorskip("torchao.float8")
+from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig, hp_tensor_and_scale_to_float8  # noqa: E402
+
+from thunderplug.explain import explain  # noqa: E402
+from thunderplug_float8.rules import EagerFloat8MM  # noqa: E402
+
+
+def to_float8(hp, role):
+    scale = torch.finfo(torch.float8_e4m3fn).max / hp.detach().abs().max()
+    return hp_tensor_and_scale_to_float8(hp, scale, torch.float8_e4m3fn, LinearMMConfig(), role)
+
+
+def program(x, w, mm=torch.mm):
+    return (mm(to_float8(x, GemmInputRole.INPUT), to_float8(w, GemmInputRole.WEIGHT).t()) * 0.5).sum()
+
+
+def inputs():
+    torch.manual_seed(1)
+    return torch.randn(32, 64, requires_grad=True), torch.randn(16, 64, requires_grad=True)
+
+
+def test_float8_mm_rule_matches_eager_rule_fwd_and_bwd():
+    x, w = inputs()
+    jitted = thunder.jit(program, executors=thunderplug.discover())
+    loss = jitted(x, w)
+    loss.backward()
+    ref_x, ref_w = inputs()
+    reference = program(ref_x, ref_w, mm=EagerFloat8MM.apply)
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    torch.testing.assert_close(w.grad, ref_w.grad)
+    claimed = {row.op: row.executor for row in explain(jitted) if row.stage == "before autodiff"}
+    assert claimed["Float8TrainingTensor.torch.mm"] == "float8"
+    backward = str(thunder.last_backward_traces(jitted)[-1])
+    assert backward.count("aten__scaled_mm_default(") == 2  # grad_input and grad_weight
+
+
+def test_plugin_reports_its_claim_executor():
+    status = {s.name: s for s in thunderplug.report()}["float8"]
+    assert status.executors == ["float8"]
