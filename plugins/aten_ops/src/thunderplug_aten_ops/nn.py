@@ -10,6 +10,7 @@ from thunder.core import dtypes, prims, utils
 
 from thunderplug_aten_ops._broadcast import elementwise
 from thunderplug_aten_ops._registry import aten, decomposes
+from thunderplug_aten_ops.shape import flip as _flip
 
 
 def _per_dim(value, n):
@@ -17,9 +18,76 @@ def _per_dim(value, n):
     return value * n if len(value) == 1 else value
 
 
+def _zero(dtype):
+    return dtypes.dtype_to_numbertype(dtype)(0)
+
+
+def _transposed_convolution(a, weight, bias, stride, padding, dilation, output_padding, groups):
+    """A transposed convolution (the adjoint of a regular one) as a regular stride-1 convolution:
+    the input dilated by the stride (``stride - 1`` interior zeros), padded by
+    ``dilation * (kernel - 1) - padding`` on both sides plus ``output_padding`` on the high side
+    (negative amounts crop: one ``prims.pad``), and the weight ``(C_in, C_out / groups, *k)`` flipped
+    spatially with its in/out channels swapped within each group."""
+    nd = weight.ndim - 2
+    stride, padding, dilation, output_padding = (_per_dim(v, nd) for v in (stride, padding, dilation, output_padding))
+    kernel = tuple(weight.shape[2:])
+    config = [(0, 0, 0)] * (a.ndim - nd) + [
+        (d * (k - 1) - p, d * (k - 1) - p + op, s - 1) for k, s, p, d, op in zip(kernel, stride, padding, dilation, output_padding)
+    ]
+    x = prims.pad(a, _zero(a.dtype), config)
+    c_in, c_out_per_group = weight.shape[0], weight.shape[1]
+    w = ltorch.reshape(weight, (groups, c_in // groups, c_out_per_group) + kernel)
+    w = ltorch.reshape(ltorch.transpose(w, 1, 2), (groups * c_out_per_group, c_in // groups) + kernel)
+    w = _flip(w, tuple(range(2, 2 + nd)))
+    return ltorch.convolution(x, w, bias, [1] * nd, [0] * nd, dilation, False, [0] * nd, groups)
+
+
 @decomposes(aten.convolution.default)
 def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        return _transposed_convolution(a, weight, bias, stride, padding, dilation, output_padding, groups)
     return ltorch.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def _regular_convolution_backward(grad, a, weight, stride, padding, dilation, groups):
+    """(input grad, weight grad) of a regular convolution, as thunder's grad rule of prims.convolution
+    computes them, except that the input grad is the transposed convolution above (thunder's uses
+    prims.flip, which has no gradient rule in thunder 0.2.6, so this stays twice differentiable)."""
+    nd = weight.ndim - 2
+    stride, padding, dilation = (_per_dim(v, nd) for v in (stride, padding, dilation))
+    batch, spatial = a.shape[0], list(a.shape[2:])
+    gin_channels, kernel = weight.shape[1], list(weight.shape[2:])
+    out_spatial = list(grad.shape[2:])
+    # input grad: the adjoint, with output_padding making the result exactly the input's size
+    output_padding = [i - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
+                      for i, o, s, p, d, k in zip(spatial, out_spatial, stride, padding, dilation, kernel)]
+    grad_input = _transposed_convolution(grad, weight, None, stride, padding, dilation, output_padding, groups)
+    # weight grad: a convolution of the (padded) input with the output grad as kernel, groups moved
+    # into the batch; stride and dilation swap roles
+    config = [(0, 0, 0), (0, 0, 0)] + [(p, (o - 1) * s + d * (k - 1) + 1 - (i + p), 0)
+                                       for o, i, k, p, s, d in zip(out_spatial, spatial, kernel, padding, stride, dilation)]
+    x = prims.pad(a, _zero(a.dtype), config)
+    x_spatial = list(x.shape[2:])
+    x = ltorch.transpose(x, 0, 1)  # (C_in, N, ...)
+    x = ltorch.reshape(x, [groups, gin_channels, batch] + x_spatial)
+    x = ltorch.reshape(ltorch.transpose(x, 0, 1), [gin_channels, groups * batch] + x_spatial)
+    g = ltorch.transpose(grad, 0, 1)  # (C_out, N, ...)
+    grad_weight = ltorch.convolution(x, g, None, dilation, [0] * nd, stride, False, [0] * nd, groups)
+    return grad_input, ltorch.transpose(grad_weight, 0, 1)
+
+
+@decomposes(aten.convolution_backward.default)
+def convolution_backward(grad, a, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+    """Regular: thunder's grad rule of prims.convolution. Transposed (the adjoint ``T_w`` of the
+    regular convolution ``C_w``): the input grad is ``C_w(grad)``, and since
+    ``<T_w(x), g> = <x, C_w(g)>`` the weight grad is that of ``C_w`` at input ``g``, output grad ``x``."""
+    if transposed:
+        grad_input = ltorch.convolution(grad, weight, None, stride, padding, dilation, False, [0] * (weight.ndim - 2), groups)
+        _, grad_weight = _regular_convolution_backward(a, grad, weight, stride, padding, dilation, groups)
+    else:
+        grad_input, grad_weight = _regular_convolution_backward(grad, a, weight, stride, padding, dilation, groups)
+    grad_bias = ltorch.sum(grad, [0] + list(range(2, grad.ndim))) if output_mask[2] else None
+    return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
 
 
 @decomposes(aten.native_layer_norm.default)
@@ -41,6 +109,60 @@ def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
         out = elementwise(prims.add, out, ltorch.reshape(bias, channel_shape))
     return (clang.maybe_convert_to_dtype(out, a.dtype), clang.maybe_convert_to_dtype(ltorch.reshape(mean, (N, group)), a.dtype),
             clang.maybe_convert_to_dtype(ltorch.reshape(rstd, (N, group)), a.dtype))
+
+
+def _normalization_input_grad(g, x_hat, rstd, dims, count):
+    """``rstd / n * (n * g - sum(g) - x_hat * sum(g * x_hat))`` over the normalized ``dims``."""
+    sum_g = ltorch.sum(g, dims, keepdim=True)
+    sum_gx = ltorch.sum(elementwise(prims.mul, g, x_hat), dims, keepdim=True)
+    inner = elementwise(prims.sub, elementwise(prims.sub, elementwise(prims.mul, g, count), sum_g),
+                        elementwise(prims.mul, x_hat, sum_gx))
+    return elementwise(prims.mul, elementwise(prims.div, rstd, count), inner)
+
+
+@decomposes(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad, a, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """ATen's formula (mean and rstd as saved by native_layer_norm), in the computation dtype."""
+    computation_dtype = utils.get_computation_dtype(a.dtype)
+    axis = a.ndim - len(normalized_shape)
+    inner, outer = list(range(axis, a.ndim)), list(range(axis))
+    x, g = (clang.maybe_convert_to_dtype(t, computation_dtype) for t in (a, grad))
+    mean, rstd = (clang.maybe_convert_to_dtype(t, computation_dtype) for t in (mean, rstd))
+    x_hat = elementwise(prims.mul, elementwise(prims.sub, x, mean), rstd)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        gw = g if weight is None else elementwise(prims.mul, g, clang.maybe_convert_to_dtype(weight, computation_dtype))
+        grad_input = clang.maybe_convert_to_dtype(
+            _normalization_input_grad(gw, x_hat, rstd, inner, math.prod(normalized_shape)), a.dtype)
+    if output_mask[1] and weight is not None:
+        grad_weight = clang.maybe_convert_to_dtype(ltorch.sum(elementwise(prims.mul, g, x_hat), outer), weight.dtype)
+    if output_mask[2] and bias is not None:
+        grad_bias = clang.maybe_convert_to_dtype(ltorch.sum(g, outer), bias.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+@decomposes(aten.native_group_norm_backward.default)
+def native_group_norm_backward(grad, a, mean, rstd, weight, N, C, HxW, group, output_mask):
+    """ATen's formula per (sample, group), mean and rstd ``(N, group)`` as saved by native_group_norm."""
+    computation_dtype = utils.get_computation_dtype(a.dtype)
+    shape = (N, group, C // group, HxW)
+    x, g = (clang.maybe_convert_to_dtype(ltorch.reshape(t, shape), computation_dtype) for t in (a, grad))
+    mean, rstd = (clang.maybe_convert_to_dtype(ltorch.reshape(t, (N, group, 1, 1)), computation_dtype) for t in (mean, rstd))
+    x_hat = elementwise(prims.mul, elementwise(prims.sub, x, mean), rstd)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        gw = g
+        if weight is not None:
+            w = ltorch.reshape(clang.maybe_convert_to_dtype(weight, computation_dtype), (1, group, C // group, 1))
+            gw = elementwise(prims.mul, g, w)
+        grad_input = ltorch.reshape(
+            clang.maybe_convert_to_dtype(_normalization_input_grad(gw, x_hat, rstd, [2, 3], (C // group) * HxW), a.dtype), a.shape)
+    if output_mask[1]:
+        grad_weight = clang.maybe_convert_to_dtype(
+            ltorch.reshape(ltorch.sum(elementwise(prims.mul, g, x_hat), [0, 3]), (C,)), a.dtype)
+    if output_mask[2]:
+        grad_bias = clang.maybe_convert_to_dtype(ltorch.reshape(ltorch.sum(g, [0, 3]), (C,)), a.dtype)
+    return grad_input, grad_weight, grad_bias
 
 
 def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -137,19 +259,91 @@ def max_pool3d_with_indices(a, kernel_size, stride=(), padding=0, dilation=1, ce
     return _max_pool_with_indices(a, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+def _avg_pool_geometry(a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Per pooled dim: (kernel, stride, padding, output size, high padding, divisors), with ATen's
+    divisor: the window clipped to the padded input (count_include_pad) or to the input itself,
+    unless divisor_override; separable, so the divisor of a window is the product over dims."""
+    kernel = _per_dim(kernel_size, nd)
+    stride = _per_dim(stride, nd) if stride else kernel
+    padding = _per_dim(padding, nd)
+    dims = []
+    for size, k, s, p in zip(a.shape[a.ndim - nd:], kernel, stride, padding):
+        out = _pool_output_size(size, k, s, p, 1, ceil_mode)
+        high = max((out - 1) * s + k - size - p, 0)
+        divisors = []
+        for o in range(out):
+            start = o * s - p
+            end = min(start + k, size + p)
+            divisors.append(end - start if count_include_pad else min(end, size) - max(start, 0))
+        dims.append((k, s, p, out, high, divisors))
+    return dims
+
+
+def _divisor(a, nd, dims, divisor_override):
+    if divisor_override:
+        return divisor_override
+    result = None
+    for i, (_, _, _, out, _, divisors) in enumerate(dims):
+        d = ltorch.reshape(ltorch.tensor(divisors, device=a.device, dtype=a.dtype), (out,) + (1,) * (nd - 1 - i))
+        result = d if result is None else elementwise(prims.mul, result, d)
+    return result
+
+
+def _as_planes(a, nd):
+    """(N*C, 1, *spatial) so that pooling is a single-channel convolution."""
+    return ltorch.reshape(a, (-1, 1) + tuple(a.shape[a.ndim - nd:]))
+
+
+def _avg_pool(a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
+    """Window sums as a convolution with a ones kernel over the zero-padded input (high padding
+    extended for ceil_mode), divided by ATen's divisor."""
+    dims = _avg_pool_geometry(a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    x = prims.pad(_as_planes(a, nd), _zero(a.dtype), [(0, 0, 0)] * 2 + [(p, high, 0) for _, _, p, _, high, _ in dims])
+    ones = ltorch.full((1, 1) + tuple(k for k, *_ in dims), 1, device=a.device, dtype=a.dtype)
+    sums = ltorch.convolution(x, ones, None, [s for _, s, *_ in dims], [0] * nd, [1] * nd, False, [0] * nd, 1)
+    out = elementwise(prims.div, sums, _divisor(a, nd, dims, divisor_override))
+    return ltorch.reshape(out, tuple(a.shape[: a.ndim - nd]) + tuple(d[3] for d in dims))
+
+
+def _avg_pool_backward(grad, a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
+    """The adjoint of ``_avg_pool``: the divided grad through the transposed ones-kernel convolution,
+    then the padding cropped (or zero-extended where no window reaches)."""
+    dims = _avg_pool_geometry(a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    g = elementwise(prims.div, _as_planes(grad, nd), _divisor(a, nd, dims, divisor_override))
+    ones = ltorch.full((1, 1) + tuple(k for k, *_ in dims), 1, device=a.device, dtype=a.dtype)
+    x = _transposed_convolution(g, ones, None, [s for _, s, *_ in dims], [0] * nd, [1] * nd, [0] * nd, 1)
+    spatial = a.shape[a.ndim - nd:]
+    config = [(0, 0, 0)] * 2 + [(-p, size + p - length, 0) for (_, _, p, *_), size, length in zip(dims, spatial, x.shape[2:])]
+    return ltorch.reshape(prims.pad(x, _zero(a.dtype), config), a.shape)
+
+
 @decomposes(aten.avg_pool1d.default)
 def avg_pool1d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
-    return ltorch.avg_pool1d(a, kernel_size, stride or None, padding, ceil_mode, count_include_pad)
+    return _avg_pool(a, 1, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
 @decomposes(aten.avg_pool2d.default)
 def avg_pool2d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
-    return ltorch.avg_pool2d(a, kernel_size, stride or None, padding, ceil_mode, count_include_pad, divisor_override)
+    return _avg_pool(a, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@decomposes(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad, a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _avg_pool_backward(grad, a, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
 @decomposes(aten.avg_pool3d.default)
 def avg_pool3d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
-    return ltorch.avg_pool3d(a, kernel_size, stride or None, padding, ceil_mode, count_include_pad, divisor_override)
+    return _avg_pool(a, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@decomposes(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad, a, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Each output grad goes to its window's argmax: a scatter-add over each flattened plane."""
+    planes = tuple(a.shape[:-2])
+    flat = ltorch.full(planes + (a.shape[-2] * a.shape[-1],), 0, device=a.device, dtype=grad.dtype)
+    flat = ltorch.scatter_add(flat, -1, ltorch.reshape(indices, planes + (-1,)), ltorch.reshape(grad, planes + (-1,)))
+    return ltorch.reshape(flat, a.shape)
 
 
 def _adaptive_avg_pool(a, output_size):
@@ -200,6 +394,59 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 @decomposes(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
     return ltorch.embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq, False)
+
+
+@decomposes(aten._embedding_bag.default)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=-1):
+    """Rows gathered with ``embedding`` (its gradient, with the zero gradient of padding_idx), padding rows dropped, then per bag: a scatter-add (sum, mean) or the
+    row at the argmax (max; so the gradient goes to ATen's max_indices). The auxiliary outputs
+    follow ATen's CPU layouts: offset2bag (bag of each index; empty on the float32 sum fast path),
+    bag_size (non-padding count; zeros for sum) and max_indices (row index per bag and column for
+    max, bag_size for mean, zeros for sum)."""
+    utils.check(not sparse, lambda: "_embedding_bag: sparse=True (sparse gradients) is not supported", NotImplementedError)
+    # thunder's embedding gradient with scale_grad_by_freq disagrees with ATen's embedding_bag backward
+    utils.check(not scale_grad_by_freq, lambda: "_embedding_bag: scale_grad_by_freq=True is not supported", NotImplementedError)
+    utils.check(indices.ndim == 1 and offsets.ndim == 1, lambda: "_embedding_bag: expected 1-D indices and offsets")
+    n, width = indices.shape[0], weight.shape[1]
+    num_bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    index_dtype = offsets.dtype
+    starts = clang.slice_in_dim(offsets, 0, num_bags) if include_last_offset else offsets
+    # offset2bag as ATen builds it: ones at the bag starts, cumulative sum (empty bags are skipped)
+    marks = ltorch.scatter_add(ltorch.full((n + 1,), 0, device=indices.device, dtype=index_dtype), 0,
+                               clang.maybe_convert_to_dtype(starts, dtypes.int64),
+                               ltorch.full((num_bags,), 1, device=indices.device, dtype=index_dtype))
+    bag = elementwise(prims.sub, clang.slice_in_dim(ltorch.cumsum(marks, 0), 0, n), 1)
+    bag = clang.maybe_convert_to_dtype(ltorch.clamp(bag, 0, max(num_bags - 1, 0)), dtypes.int64)
+    keep = clang.ne(indices, padding_idx) if padding_idx >= 0 else ltorch.full((n,), True, device=indices.device, dtype=dtypes.bool8)
+    rows = ltorch.embedding(indices, weight, padding_idx if padding_idx >= 0 else None, None, 2.0, False, False)
+    if per_sample_weights is not None:
+        rows = elementwise(prims.mul, rows, ltorch.unsqueeze(per_sample_weights, 1))
+    rows = ltorch.where(ltorch.unsqueeze(keep, 1), rows, 0)
+    bag_size = ltorch.scatter_add(ltorch.full((num_bags,), 0, device=indices.device, dtype=index_dtype), 0, bag,
+                                  clang.maybe_convert_to_dtype(keep, index_dtype))
+    zeros = ltorch.full((num_bags,), 0, device=indices.device, dtype=index_dtype)
+    if mode == 2:
+        member = ltorch.logical_and(
+            clang.eq(ltorch.unsqueeze(bag, 0), ltorch.unsqueeze(ltorch.arange(0, num_bags, 1, device=indices.device, dtype=dtypes.int64), 1)),
+            ltorch.unsqueeze(keep, 0))  # (bags, n)
+        candidates = ltorch.where(ltorch.unsqueeze(member, 2), ltorch.unsqueeze(rows, 0), -math.inf)  # (bags, n, width)
+        position = ltorch.argmax(candidates, 1)  # (bags, width): first maximum
+        nonempty = ltorch.unsqueeze(clang.gt(bag_size, 0), 1)
+        max_indices = ltorch.where(nonempty, ltorch.reshape(clang.take(indices, ltorch.reshape(position, (-1,)), 0), (num_bags, width)), 0)
+        max_indices = clang.maybe_convert_to_dtype(max_indices, index_dtype)
+        out = ltorch.where(nonempty, ltorch.gather(weight, 0, clang.maybe_convert_to_dtype(max_indices, dtypes.int64)), 0)
+    else:
+        out = ltorch.scatter_add(ltorch.full((num_bags, width), 0, device=weight.device, dtype=weight.dtype), 0,
+                                 ltorch.expand(ltorch.unsqueeze(bag, 1), (n, width)), rows)
+        if mode == 1:
+            count = clang.maybe_convert_to_dtype(ltorch.clamp(bag_size, 1, None), weight.dtype)
+            out = elementwise(prims.div, out, ltorch.unsqueeze(count, 1))
+        max_indices = bag_size if mode == 1 else zeros
+    fast_path_sum = mode == 0 and weight.dtype in (dtypes.float32, dtypes.float16) and padding_idx < 0
+    offset2bag = (ltorch.full((0,), 0, device=indices.device, dtype=index_dtype) if fast_path_sum
+                  else clang.maybe_convert_to_dtype(bag, index_dtype))
+    return out, offset2bag, bag_size if mode != 0 else zeros, max_indices
 
 
 @decomposes(aten.upsample_bilinear2d.vec)
