@@ -40,8 +40,8 @@ def explain(jitted: Any) -> list[Row]:
         raise ValueError("the function has not been compiled yet: call it once first")
     rows: list[Row] = []
     executors = [ex.name for ex in thunder.compile_data(jitted).executors_list]
-    for bsym in traces[0].bound_symbols:
-        if is_subclass_op(bsym.sym):
+    for bsym in _walk(traces[0].bound_symbols):
+        if is_subclass_op(bsym.sym) and not bsym.sym.name.endswith("_backward"):
             rows.append(_before_autodiff_row(bsym, executors))
     backward = thunder.last_backward_traces(jitted)
     for name, trace in (("forward", traces[-1]), ("backward", backward[-1] if backward else None)):
@@ -52,6 +52,17 @@ def explain(jitted: Any) -> list[Row]:
                 continue
             rows.append(Row(name, _op_name(bsym), _executor_name(bsym), "execution", _declines_for(bsym.sym.name)))
     return rows
+
+
+def _walk(bsyms: list) -> Any:
+    """Bound symbols and, except inside subclass ops, their subsymbols (autograd.Function
+    symbols hold the subclass ops of their forward)."""
+    from thunderplug.subclass_ops import is_subclass_op
+
+    for bsym in bsyms:
+        yield bsym
+        if not is_subclass_op(bsym.sym):
+            yield from _walk(bsym.subsymbols)
 
 
 def _before_autodiff_row(bsym: Any, executors: list[str]) -> Row:
