@@ -340,6 +340,18 @@ KNOWN_ISSUES = [
         r"\.prod\(\)",
         r"^wrong_grad: .*\(nan where eager is finite\)",
     ),
+    KnownIssue(
+        "KI-6 prims.lerp with a 0-dim start: wrong result shape in the trace",
+        "thunder 0.2.6's lerp meta takes the result shape from a 0-dim start; later dims are out of range",
+        r"torch\.lerp\(",
+        r"^error: IndexError: Dimension out of range",
+    ),
+    KnownIssue(
+        "KI-8 result dtype of a flattened 0-dim tensor under autodiff",
+        "thunder 0.2.6 promotes `y.flatten() * s` (y 0-dim float32, s 0-dim float64) to float64 when grad is on",
+        r"\.flatten\(\)|\.reshape\(-1\)",
+        r"^wrong_forward: .*dtype torch\.float64 \(eager torch\.float32\)",
+    ),
 ]
 
 
@@ -392,7 +404,8 @@ def run(program: Program, jit: Callable[[Callable[..., Any]], Callable[..., Any]
         actual = actual if isinstance(actual, tuple) else (actual,)
         for a, e in zip(actual, expected):
             if not _close(a.detach(), e.detach(), e):
-                return Outcome("wrong_forward", f"output {tuple(e.shape)}")
+                dtype = f" dtype {a.dtype} (eager {e.dtype})" if a.dtype != e.dtype else ""
+                return Outcome("wrong_forward", f"output {tuple(e.shape)}{dtype}")
         pairs = [(o, g) for o, g, e in zip(actual, cotangents, expected) if e.requires_grad]
         if not all(o.requires_grad for o, _ in pairs):
             return Outcome("wrong_grad", "output does not require grad")
