@@ -47,3 +47,36 @@ def test_float8_mm_rule_matches_eager_rule_fwd_and_bwd():
 def test_plugin_reports_its_claim_executor():
     status = {s.name: s for s in thunderplug.report()}["float8"]
     assert status.executors == ["float8"]
+
+
+def test_float8_training_with_cpu_fusion_keeps_fp8_out_of_inductor(monkeypatch):
+    """torch 2.9.1's inductor crashes (SIGSEGV) on CPU float8 backward kernels: with the CPU
+    fallback fuser on, the fp8 work stays outside its regions and training matches eager."""
+    import copy
+
+    from torchao.float8 import convert_to_float8_training
+
+    from thunderplug import PluginHost
+
+    touches_float8 = pytest.importorskip("thunderplug_nvfuser.cpu_fallback").touches_float8
+
+    monkeypatch.setenv("THUNDERPLUG_CPU_FUSION", "1")
+    executors = thunderplug.discover(host=PluginHost(environ={"THUNDERPLUG_CPU_FUSION": "1"}))
+    assert "torchcompile_no_fp8" in [ex.name for ex in executors]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    eager = convert_to_float8_training(copy.deepcopy(model))
+    compiled = thunder.jit(convert_to_float8_training(copy.deepcopy(model)), executors=executors)
+    for _ in range(2):
+        x, target = torch.randn(16, 32), torch.randn(16, 16)
+        losses = []
+        for module in (eager, compiled):
+            loss = torch.nn.functional.mse_loss(module(x), target)
+            loss.backward()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    for p, q in zip(eager.parameters(), compiled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4)
+    for trace in (thunder.last_traces(compiled)[-1], thunder.last_backward_traces(compiled)[-1]):
+        fusions = [b for b in trace.bound_symbols if b.sym.is_fusion]
+        assert fusions and not any(touches_float8(b) for b in fusions)
