@@ -159,3 +159,21 @@ def test_missing_gradient_names_op_and_line():
     jitted = thunder.jit(lambda x: NoBackward.apply(x).sum(), executors=thunderplug.discover())
     with pytest.raises(Exception, match="NoBackward"):
         jitted(torch.randn(3, requires_grad=True)).backward()
+
+
+def test_autograd_function_apply_with_subclass_arguments(executors):
+    """torch.ops.higher_order.autograd_function_apply (what fx graphs of autograd.Functions hold)
+    with a TwoTensor argument: the user's backward is used (it returns 3x the true gradient)."""
+
+    def forward(ctx, x, y):
+        return x * y, (x, y)
+
+    def backward(ctx, grad, x, y):
+        return grad * y * 3, grad * x
+
+    def fn(x, y):
+        return torch.ops.higher_order.autograd_function_apply(
+            forward, backward, x, y, args_tensor_mask=[True, True], non_differentiable_idx=[]
+        ).sum()
+
+    check_fwd_bwd(fn, [two_tensor(3), torch.randn(3, requires_grad=True)], executors)

@@ -27,7 +27,14 @@ from thunder.core.transforms import register_grad
 
 from thunderplug.aten import AtenTable
 from thunderplug.fake import fake_mode
-from thunderplug.subclass_ops import subclass_flatten, subclass_op_symbol, subclass_unflatten
+from thunderplug.subclass_ops import (
+    SubclassDispatchError,
+    call_key,
+    source_locations,
+    subclass_flatten,
+    subclass_op_symbol,
+    subclass_unflatten,
+)
 from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
 
 
@@ -39,8 +46,14 @@ def register_vjp(symbol: Symbol, display: str, torch_fn: Callable[..., Any], tab
         result = symbol(*args, **kwargs)
         outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
         cotangents = [prims.get_grad(o) for o in outputs]
-        grads = backward(args, kwargs, cotangents)
         inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+        try:
+            grads = backward(args, kwargs, cotangents)
+        except SubclassDispatchError as error:
+            where = source_locations.get(call_key(display, inputs), "")
+            raise SubclassDispatchError(
+                f"no gradient for {display}{where}: neither a claim nor the outer op's derivative works here ({error})"
+            ) from error
         for value, grad in zip(inputs, grads):
             if grad is not None and _differentiable(value):
                 prims.put_grad(value, grad)

@@ -170,10 +170,21 @@ def _identifier(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)
 
 
+# Where in the user's code each subclass op was traced, for errors raised later (in autodiff).
+source_locations: dict[tuple, str] = {}
+
+
+def call_key(display: str, tensors: list) -> tuple:
+    return (display, tuple(t.name for t in tensors))
+
+
 def unroll(display: str, torch_fn: Callable[..., Any], table: AtenTable, args: tuple, kwargs: dict) -> Any:
     """Run ``torch_fn`` on fake subclass instances under make_fx and replay the ATen graph."""
     flat, spec = tree_flatten((args, kwargs))
     tensors = [x for x in flat if isinstance(x, TensorProxy)]
+    location = user_location()
+    if location:
+        source_locations[call_key(display, tensors)] = location
     # flatten -> ATen ops -> unflatten: the decomposition only reads this symbol's own arguments
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     output_plan: list = []
