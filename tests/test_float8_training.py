@@ -20,15 +20,22 @@ def mlp(bias: bool) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(32, 64, bias=bias), torch.nn.GELU(), torch.nn.Linear(64, 16, bias=bias))
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param([], id="float8-plugin"),  # torchao's autograd.Function traced whole (the claim)
+        pytest.param(["float8"], id="generic"),  # thunder interprets torchao; subclass ops unrolled
+    ],
+)
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_five_sgd_steps_match_eager(recipe, bias):
+def test_five_sgd_steps_match_eager(recipe, bias, path):
     torch.manual_seed(0)
     model = mlp(bias)
     eager = float8.convert_to_float8_training(copy.deepcopy(model), config=RECIPES[recipe]())
     compiled = thunder.jit(
         float8.convert_to_float8_training(copy.deepcopy(model), config=RECIPES[recipe]()),
-        executors=thunderplug.discover(),
+        executors=thunderplug.discover(exclude=path),
     )
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, compiled)]
     for _ in range(5):
@@ -50,3 +57,13 @@ def test_rowwise_is_not_supported_on_cpu_by_torch_itself():
     model = float8.convert_to_float8_training(mlp(True), config=float8.Float8LinearConfig.from_recipe_name("rowwise"))
     with pytest.raises(RuntimeError, match="per-tensor scaling"):
         model(torch.randn(16, 32))
+
+
+def test_float8_plugin_traces_torchaos_function_whole():
+    compiled = thunder.jit(float8.convert_to_float8_training(mlp(True)), executors=thunderplug.discover())
+    compiled(torch.randn(16, 32)).sum().backward()
+    initial = str(thunder.last_traces(compiled)[0])
+    assert initial.count("matmul_with_hp_or_float8_args.apply(") == 2
+    assert "torch.ops.aten._scaled_mm.default" in initial
+    # grad_weight for both layers and grad_input for the second (the input needs no gradient)
+    assert str(thunder.last_backward_traces(compiled)[-1]).count("aten__scaled_mm_default(") == 3

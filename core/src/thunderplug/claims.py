@@ -35,7 +35,10 @@ decisions: dict[tuple[str, str], Decision] = {}  # (executor, target) -> latest 
 
 def claim_executor(name: str, claims: list[Claim]) -> OperatorExecutor:
     executor = OperatorExecutor(name, version="claims")
+    executor.whole_functions = {claim.target for claim in claims if claim.whole_function}
     for claim in claims:
+        if claim.whole_function:
+            continue  # taken at interpretation time: patches._autograd_function_apply
         if claim.stage == Stage.BEFORE_AUTODIFF:
             _claim_subclass_op(executor, claim)
         else:

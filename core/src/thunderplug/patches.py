@@ -22,6 +22,9 @@ compilation in progress uses ``discover()``'s executors (the ``thunderplug`` cor
    name them instead of crashing. Always active: it only turns that crash into working code.
 6. ``recording_jitted_functions()`` (only for ``thunderplug explain <script>``, only inside its
    ``with`` block): wraps ``thunder.jit`` to collect the functions a script compiles.
+7. The ``torch.autograd.Function.apply`` lookaside: for Function classes a plugin claimed whole
+   (``Claim(target=SomeFunction)``), ``SomeFunction.apply`` becomes one op traced on fakes,
+   instead of thunder interpreting the Function's forward and backward line by line.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from thunderplug.subclass_autodiff import tangent_layout
 from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
 
 _originals: dict[str, Any] = {}
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 
 
 class UntraceableSubclassError(TypeError):
@@ -80,12 +84,14 @@ def install() -> None:
     _originals["Symbol.__call__"] = Symbol.__call__
     _originals["isinstance"] = jit_ext._general_jit_lookaside_map[isinstance]
     _originals["type.__call__"] = jit_ext._general_jit_lookaside_map.get(type.__call__, _type_call_lookaside)
+    _originals["Function.apply"] = jit_ext._general_jit_lookaside_map[_FUNCTION_APPLY]
     _originals["SigInfo.from_name_and_args"] = SigInfo.from_name_and_args
     dtensor_proxy.proxify_dtensor = _proxify
     SigInfo.from_name_and_args = staticmethod(_siginfo_from_name_and_args)
     Symbol.__call__ = _symbol_call
     jit_ext._general_jit_lookaside_map[isinstance] = _isinstance_lookaside
     jit_ext._general_jit_lookaside_map[type.__call__] = _type_call
+    jit_ext._general_jit_lookaside_map[_FUNCTION_APPLY] = _autograd_function_apply
 
 
 # -- 1. proxies for inputs ------------------------------------------------------------------
@@ -211,3 +217,23 @@ def recording_jitted_functions() -> Iterator[list]:
         yield recorded
     finally:
         thunder.jit = original
+
+
+# -- 7. autograd.Functions claimed whole ----------------------------------------------------------
+
+
+def _autograd_function_apply(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+    from thunder.core.compile_data import get_compile_data
+
+    cls = unwrap(wrapped_cls)
+    compile_data = get_compile_data()
+    claimed = compile_data is not None and any(
+        cls in getattr(ex, "whole_functions", ()) for ex in compile_data.executors_list
+    )
+    core = active_core_executor() if claimed else None
+    if core is None:
+        return _originals["Function.apply"](wrapped_cls, *args, **kwargs)
+    from thunderplug.subclass_ops import subclass_op_symbol
+
+    symbol = subclass_op_symbol(f"{cls.__name__}.apply", cls.apply, core.aten)
+    return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)

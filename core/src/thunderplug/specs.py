@@ -88,6 +88,11 @@ class Claim:
       replaces autodiff of the op, never the subclass's dispatch.
     * ``Stage.AFTER_UNROLLING``, ``target`` an ATen overload: ``forward(*args, **kwargs)`` runs it
       (e.g. a library kernel) instead of its decomposition.
+    * ``Stage.BEFORE_AUTODIFF``, ``target`` a ``torch.autograd.Function`` class, no forward or
+      backward: calls of ``target.apply`` become one op, traced by running the Function itself on
+      FakeTensors (its forward, and its own backward through ``torch.autograd.grad``) instead of
+      thunder interpreting its Python code line by line. Much faster to compile for library
+      Functions such as torchao's ``matmul_with_hp_or_float8_args``.
     """
 
     executor: str
@@ -98,12 +103,17 @@ class Claim:
     backward: Callable[..., Any] | None = None
     priority: int = Priority.BEFORE_AUTODIFF
 
+    @property
+    def whole_function(self) -> bool:
+        """True for a claim on a ``torch.autograd.Function`` class (traced as one op)."""
+        return isinstance(self.target, type) and hasattr(self.target, "apply") and hasattr(self.target, "backward")
+
     def __post_init__(self) -> None:
         if not _NAME.match(self.executor):
             raise ValueError(f"executor name {self.executor!r} must match {_NAME.pattern}")
         if self.stage not in (Stage.BEFORE_AUTODIFF, Stage.AFTER_UNROLLING):
             raise ValueError(f"unknown claim stage {self.stage!r}")
-        if self.stage == Stage.BEFORE_AUTODIFF and self.backward is None:
+        if self.stage == Stage.BEFORE_AUTODIFF and self.backward is None and not self.whole_function:
             raise ValueError(f"a before-autodiff claim of {self.target} needs a backward")
         if self.stage == Stage.AFTER_UNROLLING and self.forward is None:
             raise ValueError(f"an after-unrolling claim of {self.target} needs a forward")

@@ -13,7 +13,20 @@ def unavailable_reason() -> str | None:
 
 @hookimpl
 def register_claims(register) -> None:
+    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
+
     from thunderplug_float8 import rules
+
+    # Float8Linear's autograd.Function as one op: traced on fakes (its forward and its own
+    # backward) instead of thunder interpreting torchao's Python line by line (tens of seconds).
+    register(
+        Claim(
+            executor="float8",
+            stage=Stage.BEFORE_AUTODIFF,
+            target=matmul_with_hp_or_float8_args,
+            checker=lambda *args, **kwargs: None,
+        )
+    )
 
     register(
         Claim(
