@@ -26,6 +26,7 @@ def test_patches_are_installed_once_by_discover():
     assert jit_ext._general_jit_lookaside_map[isinstance] is patches._isinstance_lookaside
     assert jit_ext._general_jit_lookaside_map[type.__call__] is patches._type_call
     assert SigInfo.from_name_and_args is patches._siginfo_from_name_and_args
+    assert jit_ext._general_jit_lookaside_map[patches._FUNCTION_APPLY] is patches._autograd_function_apply
     before = dict(patches._originals)
     patches.install()
     assert patches._originals == before
@@ -33,7 +34,7 @@ def test_patches_are_installed_once_by_discover():
 
 def test_every_patch_is_listed_in_the_docs():
     listed = (ROOT / "docs" / "patches.md").read_text()
-    for name in ("proxify_dtensor", "Symbol.__call__", "isinstance", "type.__call__", "SigInfo.from_name_and_args", "thunder.jit"):
+    for name in ("proxify_dtensor", "Symbol.__call__", "isinstance", "type.__call__", "SigInfo.from_name_and_args", "Function.apply", "thunder.jit"):
         assert f"`{name}`" in listed, name
 
 

@@ -51,6 +51,29 @@ def _subclass_lines(trace, limit: int = 14) -> str:
     return "\n".join(picked[:limit] + ([f"  ... {len(picked) - limit} more"] if len(picked) > limit else []))
 
 
+def _float8_tensors_example(executors: list) -> None:
+    """The same float8 matmul written directly on Float8TrainingTensor values: subclass types in the trace."""
+    try:
+        from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig, hp_tensor_and_scale_to_float8
+    except ImportError:
+        return
+    import thunder
+
+    def float8_matmul(a, b):
+        return torch.mm(a, b.t())
+
+    scale = torch.tensor(8.0)
+    a, b = (
+        hp_tensor_and_scale_to_float8(torch.randn(*shape), scale, torch.float8_e4m3fn, LinearMMConfig(), role)
+        for shape, role in (((16, 32), GemmInputRole.INPUT), ((8, 32), GemmInputRole.WEIGHT))
+    )
+    jitted = thunder.jit(float8_matmul, executors=executors)
+    jitted(a, b)
+    _section("Float8TrainingTensor inputs directly: torch.mm(a, b.t()), its initial trace")
+    lines = str(thunder.last_traces(jitted)[0]).splitlines()
+    print("\n".join(line for line in lines if line.startswith("  ") and "# /" not in line and "prims." not in line))
+
+
 def run_demo(steps: int = 5, plot: str | None = None) -> int:
     import thunder
 
@@ -91,8 +114,9 @@ def run_demo(steps: int = 5, plot: str | None = None) -> int:
     for trace_name in ("forward", "backward"):
         counts = Counter(row.executor for row in rows if row.trace == trace_name)
         print(f"  {trace_name:<9}" + ", ".join(f"{executor}: {n}" for executor, n in counts.most_common()))
-    _section("Initial trace: subclass-typed values and their unrolled ATen ops")
+    _section("Initial trace: the float8 ops and their unrolled ATen ops")
     print(_subclass_lines(thunder.last_traces(compiled_model)[0]))
+    _float8_tensors_example(executors)
     _section("Final forward trace (what runs: float8 casts and _scaled_mm as ATen ops, no subclass object)")
     print(_compact(thunder.last_traces(compiled_model)[-1]))
 

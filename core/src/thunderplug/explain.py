@@ -39,7 +39,7 @@ def explain(jitted: Any) -> list[Row]:
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
     rows: list[Row] = []
-    executors = [ex.name for ex in thunder.compile_data(jitted).executors_list]
+    executors = list(thunder.compile_data(jitted).executors_list)
     for bsym in _walk(traces[0].bound_symbols):
         if is_subclass_op(bsym.sym) and not bsym.sym.name.endswith("_backward"):
             rows.append(_before_autodiff_row(bsym, executors))
@@ -65,14 +65,17 @@ def _walk(bsyms: list) -> Any:
             yield from _walk(bsym.subsymbols)
 
 
-def _before_autodiff_row(bsym: Any, executors: list[str]) -> Row:
+def _before_autodiff_row(bsym: Any, executors: list) -> Row:
     target = bsym.sym.name
     display = target
     printed = bsym.sym.python_printer(bsym, bsym._out_printables, bsym._arg_printables, bsym._kwarg_printables)
     if isinstance(printed, str) and "= " in printed:
         display = printed.split("= ", 1)[1].split("(", 1)[0]
-    declined = []
     for executor in executors:
+        if any(f"{cls.__name__}.apply" == display for cls in getattr(executor, "whole_functions", ())):
+            return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF)
+    declined = []
+    for executor in (ex.name for ex in executors):
         decision = decisions.get((executor, display))
         if decision is None:
             continue
