@@ -67,3 +67,14 @@ def test_float8_plugin_traces_torchaos_function_whole():
     assert "torch.ops.aten._scaled_mm.default" in initial
     # grad_weight for both layers and grad_input for the second (the input needs no gradient)
     assert str(thunder.last_backward_traces(compiled)[-1]).count("aten__scaled_mm_default(") == 3
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_eval_mode_and_no_grad_inference_match_eager(bias):
+    torch.manual_seed(0)
+    model = float8.convert_to_float8_training(mlp(bias)).eval()
+    compiled = thunder.jit(model, executors=thunderplug.discover())
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    torch.testing.assert_close(compiled(x), model(x))  # eval mode with grad enabled: plain output
