@@ -34,7 +34,7 @@ def test_patches_are_installed_once_by_discover():
 
 def test_every_patch_is_listed_in_the_docs():
     listed = (ROOT / "docs" / "patches.md").read_text()
-    for name in ("proxify_dtensor", "Symbol.__call__", "isinstance", "type.__call__", "SigInfo.from_name_and_args", "Function.apply", "thunder.jit"):
+    for name in ("proxify_dtensor", "Symbol.__call__", "isinstance", "type.__call__", "SigInfo.from_name_and_args", "Function.apply", "autograd_function_apply", "thunder.jit"):
         assert f"`{name}`" in listed, name
 
 
@@ -93,3 +93,38 @@ def test_explain_cli_runs_a_script(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "TwoTensor.torch.mul" in result.stdout and "before autodiff" in result.stdout
     assert "aten_sin_default" in result.stdout
+
+
+NON_DIFFERENTIABLE_PROGRAM = """
+import torch, thunder
+def fwd(ctx, x, y):
+    return (x * y, x + y), (x, y)
+def bwd(ctx, g0, g1, x, y):
+    return g0 * y + g1, g0 * x + g1
+def f(x, y):
+    a, b = torch.ops.higher_order.autograd_function_apply(
+        fwd, bwd, x, y, args_tensor_mask=[True, True], non_differentiable_idx=[1])
+    return (a + b * 2).sum()
+torch.manual_seed(0)
+x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+expected = torch.autograd.grad(f(x, y), (x, y))
+"""
+
+
+def test_non_differentiable_idx_is_honoured():
+    namespace: dict = {}
+    exec(NON_DIFFERENTIABLE_PROGRAM, namespace)  # noqa: S102 - the test's own program text
+    f, x, y, expected = (namespace[k] for k in ("f", "x", "y", "expected"))
+    actual = torch.autograd.grad(thunder.jit(f, executors=thunderplug.discover())(x, y), (x, y))
+    torch.testing.assert_close(actual, expected)
+
+
+def test_stock_thunder_ignores_non_differentiable_idx():
+    """The reason for the patch: in a process without thunderplug the same program is wrong."""
+    check = NON_DIFFERENTIABLE_PROGRAM + (
+        "actual = torch.autograd.grad(thunder.jit(f)(x, y), (x, y))\n"
+        "print(max((a - e).abs().max().item() for a, e in zip(actual, expected)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.split()[-1]) > 1.0

@@ -25,6 +25,9 @@ compilation in progress uses ``discover()``'s executors (the ``thunderplug`` cor
 7. The ``torch.autograd.Function.apply`` lookaside: for Function classes a plugin claimed whole
    (``Claim(target=SomeFunction)``), ``SomeFunction.apply`` becomes one op traced on fakes,
    instead of thunder interpreting the Function's forward and backward line by line.
+8. The ``torch.ops.higher_order.autograd_function_apply`` lookaside (a thunder 0.2.6 gap, always
+   active): thunder ignores ``non_differentiable_idx``; the outputs it lists are detached after the
+   call, so no gradient flows into them, as in eager.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
 
 _originals: dict[str, Any] = {}
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
+_HOP_APPLY = torch.ops.higher_order.autograd_function_apply
 
 
 class UntraceableSubclassError(TypeError):
@@ -85,6 +89,7 @@ def install() -> None:
     _originals["isinstance"] = jit_ext._general_jit_lookaside_map[isinstance]
     _originals["type.__call__"] = jit_ext._general_jit_lookaside_map.get(type.__call__, _type_call_lookaside)
     _originals["Function.apply"] = jit_ext._general_jit_lookaside_map[_FUNCTION_APPLY]
+    _originals["autograd_function_apply"] = jit_ext._general_jit_lookaside_map[_HOP_APPLY]
     _originals["SigInfo.from_name_and_args"] = SigInfo.from_name_and_args
     dtensor_proxy.proxify_dtensor = _proxify
     SigInfo.from_name_and_args = staticmethod(_siginfo_from_name_and_args)
@@ -92,6 +97,7 @@ def install() -> None:
     jit_ext._general_jit_lookaside_map[isinstance] = _isinstance_lookaside
     jit_ext._general_jit_lookaside_map[type.__call__] = _type_call
     jit_ext._general_jit_lookaside_map[_FUNCTION_APPLY] = _autograd_function_apply
+    jit_ext._general_jit_lookaside_map[_HOP_APPLY] = _higher_order_autograd_function_apply
 
 
 # -- 1. proxies for inputs ------------------------------------------------------------------
@@ -237,3 +243,24 @@ def _autograd_function_apply(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any
 
     symbol = subclass_op_symbol(f"{cls.__name__}.apply", cls.apply, core.aten)
     return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)
+
+
+# -- 8. autograd_function_apply's non_differentiable_idx --------------------------------------------
+
+
+def _higher_order_autograd_function_apply(fwd: Any, bwd: Any, *args: Any, **kwargs: Any) -> Any:
+    result = _originals["autograd_function_apply"](fwd, bwd, *args, **kwargs)
+    indices = tuple(unwrap(kwargs["non_differentiable_idx"]) or ()) if "non_differentiable_idx" in kwargs else ()
+    if not indices or not hasattr(result, "value"):
+        return result
+    return interpreter_needs_wrap(_detach_outputs)(result, wrap_const(indices))
+
+
+def _detach_outputs(output: Any, indices: tuple) -> Any:
+    import thunder.torch as ltorch
+
+    if isinstance(output, (tuple, list)):
+        return type(output)(
+            ltorch.detach(o) if i in indices and isinstance(o, TensorProxy) else o for i, o in enumerate(output)
+        )
+    return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output
