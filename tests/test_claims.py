@@ -90,3 +90,43 @@ def test_explain_shows_the_claim_and_the_declines(register_plugin):
     row = next(r for r in explain(odd_k) if r.op == "Float8TrainingTensor.torch.mm")
     assert row.executor.startswith("thunderplug")
     assert row.declined == ("float8_claim: K (= 24) not divisible by 16",)
+
+
+def test_fusion_claims_restrict_what_a_fuser_takes(register_plugin):
+    from thunderplug import Claim, ExecutorSpec, Priority, Stage, hookimpl
+
+    class TorchCompileFuser:
+        @hookimpl
+        def register_executors(self, register):
+            register(ExecutorSpec("torchcompile", lambda: thunder.get_executor("torchcompile"), Priority.FUSER))
+
+    class NoSinInTorchCompile:
+        @hookimpl
+        def register_claims(self, register):
+            register(
+                Claim(
+                    executor="no_sin",
+                    stage=Stage.FUSION,
+                    target="torchcompile",
+                    checker=lambda bsym: "sin stays out" if "sin" in bsym.sym.name else None,
+                )
+            )
+
+    def fn(x):
+        return (x * 2).sin() + 1
+
+    def fused_ops(jitted):
+        fusions = [b for b in thunder.last_traces(jitted)[-1].bound_symbols if b.sym.is_fusion]
+        return {sub.sym.name for fusion in fusions for sub in fusion.subsymbols}
+
+    x = torch.randn(4, 4)
+    register_plugin(TorchCompileFuser(), "torchcompile_fuser")
+    plain = thunder.jit(fn, executors=thunderplug.discover())
+    torch.testing.assert_close(plain(x), fn(x))
+    assert any("sin" in name for name in fused_ops(plain))
+
+    register_plugin(NoSinInTorchCompile(), "no_sin")
+    restricted = thunder.jit(fn, executors=thunderplug.discover())
+    torch.testing.assert_close(restricted(x), fn(x))
+    assert fused_ops(restricted) and not any("sin" in name for name in fused_ops(restricted))
+    assert thunder.get_executor("torchcompile").can_fuse.__self__ is thunder.get_executor("torchcompile")

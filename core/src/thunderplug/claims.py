@@ -8,6 +8,7 @@ and before any fuser, whatever the install order.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
-from thunder.extend import OperatorExecutor
+from thunder.extend import FusionExecutor, OperatorExecutor
 
 from thunderplug.specs import Claim, Stage
 
@@ -109,3 +110,35 @@ def _claim_aten_op(executor: OperatorExecutor, claim: Claim) -> None:
         f"{executor.name}_{claim.target._opname}_{claim.target._overloadname}", like=symbol, fn=claim.forward
     )
     executor.register_implementation(symbol, operation, checker=_recording_checker(executor, claim))
+
+
+def restrict_fusers(executors: list, fusion_claims: list[Claim]) -> list:
+    """Apply ``Stage.FUSION`` claims: each restricted fuser is replaced, in this list only, by a
+    copy whose ``can_fuse`` also asks the claims' checkers (thunder's registered executor and
+    plain ``thunder.jit`` are untouched)."""
+    by_fuser: dict[str, list[Claim]] = {}
+    for claim in fusion_claims:
+        by_fuser.setdefault(str(claim.target), []).append(claim)
+    result = []
+    for executor in executors:
+        claims = by_fuser.get(str(executor.name))
+        if claims and isinstance(executor, FusionExecutor):
+            executor = _restricted(executor, claims)
+        result.append(executor)
+    return result
+
+
+def _restricted(fuser: FusionExecutor, claims: list[Claim]) -> FusionExecutor:
+    restricted = copy.copy(fuser)
+    can_fuse = fuser.can_fuse
+
+    def can_fuse_unless_declined(bsym: Any) -> bool:
+        for claim in claims:
+            reason = claim.checker(bsym)
+            decisions[(str(fuser.name), bsym.sym.name)] = Decision(claim.executor, Stage.FUSION, bsym.sym.name, reason)
+            if reason is not None:
+                return False
+        return can_fuse(bsym)
+
+    restricted.can_fuse = can_fuse_unless_declined
+    return restricted

@@ -17,7 +17,7 @@ import pluggy
 
 from thunderplug import hookspecs
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import AtenOp, Claim, ExecutorSpec
+from thunderplug.specs import AtenOp, Claim, ExecutorSpec, Stage
 
 ENTRY_POINT_GROUP = "thunderplug"
 
@@ -54,6 +54,7 @@ class PluginHost:
         self._statuses: dict[str, PluginStatus] = {}
         self._executor_specs: dict[str, list[ExecutorSpec]] = {}
         self._aten_ops: dict[str, list[AtenOp]] = {}
+        self._fusion_claims: dict[str, list[Claim]] = {}
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class PluginHost:
     def remove_plugin(self, name: str) -> None:
         if self._manager.has_plugin(name):
             self._manager.unregister(name=name)
-        for registry in (self._statuses, self._executor_specs, self._aten_ops):
+        for registry in (self._statuses, self._executor_specs, self._aten_ops, self._fusion_claims):
             registry.pop(name, None)
 
     def _activate(self, plugin: object, status: PluginStatus) -> None:
@@ -127,13 +128,14 @@ class PluginHost:
             self._guarded(status, self._call, name, "register_executors", register=specs.append)
             self._guarded(status, self._call, name, "register_aten_ops", register=ops.append)
             self._guarded(status, self._call, name, "register_claims", register=claims.append)
-            specs += self._guarded(status, _claim_executor_specs, claims)
+            specs += self._guarded(status, _claim_executor_specs, [c for c in claims if c.stage != Stage.FUSION])
         except _PluginSkipped:
             if self._manager.has_plugin(name):
                 self._manager.unregister(name=name)
             return
         self._executor_specs[name] = specs
         self._aten_ops[name] = ops
+        self._fusion_claims[name] = [c for c in claims if c.stage == Stage.FUSION]
         status.executors = [spec.name for spec in specs]
         status.aten_ops = len(ops)
 
@@ -192,6 +194,11 @@ class PluginHost:
                 providers[op.overload] = plugin_name
                 ops.append(op)
         return ops
+
+    def fusion_claims(self) -> list[Claim]:
+        """Restrictions active plugins put on fusion executors (``Stage.FUSION`` claims)."""
+        self._load()
+        return [claim for name in sorted(self._fusion_claims) for claim in self._fusion_claims[name]]
 
     def executor_specs(self, *, only: Iterable[str] | None = None, exclude: Iterable[str] = ()) -> list[ExecutorSpec]:
         """Selected executor specs in precedence order: priority (high first), then name.

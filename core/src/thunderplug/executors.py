@@ -9,6 +9,7 @@ import thunder
 from thunder.extend import Executor
 
 from thunderplug import broadcast_grads, patches
+from thunderplug.claims import restrict_fusers
 from thunderplug.core_executor import ThunderplugExecutor
 from thunderplug.discovery import PluginHost
 from thunderplug.specs import AtenOp
@@ -53,4 +54,4 @@ def assemble_executors(
     if include_defaults:
         names = {executor.name for executor in executors}
         executors += [ex for ex in thunder.get_default_executors() if ex.name not in names]
-    return executors
+    return restrict_fusers(executors, host.fusion_claims())

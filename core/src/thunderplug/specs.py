@@ -71,6 +71,7 @@ class Stage:
 
     BEFORE_AUTODIFF = "before autodiff"  #: takes a subclass op whole, with its own fwd+bwd
     AFTER_UNROLLING = "after unrolling"  #: takes an ATen op of the unrolled program
+    FUSION = "fusion"  #: restricts which operations a fusion executor may take
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class Claim:
       replaces autodiff of the op, never the subclass's dispatch.
     * ``Stage.AFTER_UNROLLING``, ``target`` an ATen overload: ``forward(*args, **kwargs)`` runs it
       (e.g. a library kernel) instead of its decomposition.
+    * ``Stage.FUSION``, ``target`` the name of a fusion executor (``"torchcompile"``): it may only
+      fuse an operation when ``checker(bsym)`` (the bound symbol) returns ``None``.
     * ``Stage.BEFORE_AUTODIFF``, ``target`` a ``torch.autograd.Function`` class, no forward or
       backward: calls of ``target.apply`` become one op, traced by running the Function itself on
       FakeTensors (its forward, and its own backward through ``torch.autograd.grad``) instead of
@@ -111,7 +114,7 @@ class Claim:
     def __post_init__(self) -> None:
         if not _NAME.match(self.executor):
             raise ValueError(f"executor name {self.executor!r} must match {_NAME.pattern}")
-        if self.stage not in (Stage.BEFORE_AUTODIFF, Stage.AFTER_UNROLLING):
+        if self.stage not in (Stage.BEFORE_AUTODIFF, Stage.AFTER_UNROLLING, Stage.FUSION):
             raise ValueError(f"unknown claim stage {self.stage!r}")
         if self.stage == Stage.BEFORE_AUTODIFF and self.backward is None and not self.whole_function:
             raise ValueError(f"a before-autodiff claim of {self.target} needs a backward")
