@@ -80,3 +80,19 @@ def test_float8_training_with_cpu_fusion_keeps_fp8_out_of_inductor(monkeypatch):
     for trace in (thunder.last_traces(compiled)[-1], thunder.last_backward_traces(compiled)[-1]):
         fusions = [b for b in trace.bound_symbols if b.sym.is_fusion]
         assert fusions and not any(touches_float8(b) for b in fusions)
+
+
+def test_explain_a_float8_mlp():
+    from torchao.float8 import convert_to_float8_training
+
+    from thunderplug.explain import explain
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    jitted = thunder.jit(convert_to_float8_training(model), executors=thunderplug.discover())
+    jitted(torch.randn(16, 32)).sum().backward()
+    rows = explain(jitted)
+    program = [(r.op, r.executor) for r in rows if r.stage == "before autodiff"]
+    assert program == [("matmul_with_hp_or_float8_args.apply", "float8 (the Function's own backward)")] * 2
+    scaled_mm = [r for r in rows if "scaled_mm" in r.op]
+    assert {r.trace for r in scaled_mm} == {"forward", "backward"}
+    assert {r.executor for r in scaled_mm} == {"aten"}
