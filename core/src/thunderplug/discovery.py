@@ -268,9 +268,3 @@ def default_host() -> PluginHost:
     if _default_host is None:
         _default_host = PluginHost()
     return _default_host
-
-
-def reset_default_host() -> None:
-    """Forget loaded plugins (e.g. after changing THUNDERPLUG_* variables)."""
-    global _default_host
-    _default_host = None

@@ -332,7 +332,7 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     """The subclass op symbol a call of ``symbol`` on subclass proxies becomes, or ``None`` to
     let ``symbol`` run as itself (a composite whose parts will be dispatched one by one)."""
     cls = next(
-        type_of(value)
+        value.subclass_type
         for value in (*args, *kwargs.values(), *(i for v in args if isinstance(v, (list, tuple)) for i in v))
         if type(value) is SubclassTensorProxy
     )
@@ -362,10 +362,6 @@ def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
         return None
     module = impl.symbol.module
     return getattr(module, impl.symbol.name, None) if module is not None else None
-
-
-def type_of(proxy: SubclassTensorProxy) -> type:
-    return proxy.subclass_type
 
 
 def _overload_by_id(table: AtenTable) -> dict[str, torch._ops.OpOverload]:

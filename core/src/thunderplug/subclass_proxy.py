@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from thunderplug.fake import fake_like, fake_mode
 
@@ -142,8 +141,3 @@ def to_fake_tensor(proxy: TensorProxy) -> torch.Tensor:
     if isinstance(proxy, SubclassTensorProxy):
         return proxy.fake()
     return fake_like(proxy)
-
-
-
-def is_subclass_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and is_traceable_wrapper_subclass(value)

@@ -152,7 +152,7 @@ def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
             [e for _, e in differentiable], [expected_inputs[i] for i in wrt], cotangents, allow_unused=True
         )
         expected_grads = [torch.zeros_like(expected_inputs[i]) if g is None else g for i, g in zip(wrt, expected_grads)]
-    except Exception as exc:  # noqa: BLE001
+    except Exception:  # noqa: BLE001
         case.has_backward = False
         return case
     try:
