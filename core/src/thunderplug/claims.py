@@ -36,7 +36,7 @@ decisions: dict[tuple[str, str], Decision] = {}  # (executor, target) -> latest 
 
 def claim_executor(name: str, claims: list[Claim]) -> OperatorExecutor:
     executor = OperatorExecutor(name, version="claims")
-    executor.whole_functions = {claim.target for claim in claims if claim.whole_function}
+    executor.whole_functions = {claim.function_name for claim in claims if claim.whole_function}
     for claim in claims:
         if claim.whole_function:
             continue  # taken at interpretation time: patches._autograd_function_apply

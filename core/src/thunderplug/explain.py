@@ -72,7 +72,7 @@ def _before_autodiff_row(bsym: Any, executors: list) -> Row:
     if isinstance(printed, str) and "= " in printed:
         display = printed.split("= ", 1)[1].split("(", 1)[0]
     for executor in executors:
-        if any(f"{cls.__name__}.apply" == display for cls in getattr(executor, "whole_functions", ())):
+        if any(f"{name.rsplit('.', 1)[-1]}.apply" == display for name in getattr(executor, "whole_functions", ())):
             return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF)
     declined = []
     for executor in (ex.name for ex in executors):

@@ -233,8 +233,9 @@ def _autograd_function_apply(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any
 
     cls = unwrap(wrapped_cls)
     compile_data = get_compile_data()
+    name = f"{cls.__module__}.{cls.__qualname__}"
     claimed = compile_data is not None and any(
-        cls in getattr(ex, "whole_functions", ()) for ex in compile_data.executors_list
+        name in getattr(ex, "whole_functions", ()) for ex in compile_data.executors_list
     )
     core = active_core_executor() if claimed else None
     if core is None:

@@ -91,8 +91,9 @@ class Claim:
       (e.g. a library kernel) instead of its decomposition.
     * ``Stage.FUSION``, ``target`` the name of a fusion executor (``"torchcompile"``): it may only
       fuse an operation when ``checker(bsym)`` (the bound symbol) returns ``None``.
-    * ``Stage.BEFORE_AUTODIFF``, ``target`` a ``torch.autograd.Function`` class, no forward or
-      backward: calls of ``target.apply`` become one op, traced by running the Function itself on
+    * ``Stage.BEFORE_AUTODIFF``, ``target`` a ``torch.autograd.Function`` class (or its dotted
+      path, ``"torchao.float8.float8_linear.matmul_with_hp_or_float8_args"``), no forward or
+      backward: calls of its ``apply`` become one op, traced by running the Function itself on
       FakeTensors (its forward, and its own backward through ``torch.autograd.grad``) instead of
       thunder interpreting its Python code line by line. Much faster to compile for library
       Functions such as torchao's ``matmul_with_hp_or_float8_args``.
@@ -108,8 +109,15 @@ class Claim:
 
     @property
     def whole_function(self) -> bool:
-        """True for a claim on a ``torch.autograd.Function`` class (traced as one op)."""
-        return isinstance(self.target, type) and hasattr(self.target, "apply") and hasattr(self.target, "backward")
+        """True for a claim on a whole ``torch.autograd.Function`` (no forward or backward given)."""
+        return self.stage == Stage.BEFORE_AUTODIFF and self.forward is None and self.backward is None
+
+    @property
+    def function_name(self) -> str:
+        """``module.QualName`` of a whole-Function target (a class, or that dotted path as a string,
+        which lets a plugin claim a library's Function without importing the library)."""
+        target = self.target
+        return target if isinstance(target, str) else f"{target.__module__}.{target.__qualname__}"
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.executor):

@@ -1,9 +1,17 @@
-"""Entry point of the float8 plugin."""
+"""Entry point of the float8 plugin.
+
+torchao is imported only when a claim is first used: importing it costs about 1.5 s, and
+``discover()`` must stay cheap.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from thunderplug import Claim, Priority, Stage, hookimpl
 from thunderplug.availability import missing_package_reason
+
+FLOAT8_LINEAR_FUNCTION = "torchao.float8.float8_linear.matmul_with_hp_or_float8_args"
 
 
 @hookimpl
@@ -11,31 +19,29 @@ def unavailable_reason() -> str | None:
     return missing_package_reason("torchao", "pip install torchao==0.14.1")
 
 
+def _rule(name: str):
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from thunderplug_float8 import rules
+
+        return getattr(rules, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
 @hookimpl
 def register_claims(register) -> None:
-    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
-
-    from thunderplug_float8 import rules
-
     # Float8Linear's autograd.Function as one op: traced on fakes (its forward and its own
     # backward) instead of thunder interpreting torchao's Python line by line (tens of seconds).
+    register(Claim("float8", Stage.BEFORE_AUTODIFF, FLOAT8_LINEAR_FUNCTION, checker=lambda *args, **kwargs: None))
     register(
         Claim(
             executor="float8",
             stage=Stage.BEFORE_AUTODIFF,
-            target=matmul_with_hp_or_float8_args,
-            checker=lambda *args, **kwargs: None,
-        )
-    )
-
-    register(
-        Claim(
-            executor="float8",
-            stage=Stage.BEFORE_AUTODIFF,
-            target=rules.TARGET,
-            checker=rules.float8_mm_checker,
-            forward=rules.float8_mm_forward,
-            backward=rules.float8_mm_backward,
+            target="Float8TrainingTensor.torch.mm",
+            checker=_rule("float8_mm_checker"),
+            forward=_rule("float8_mm_forward"),
+            backward=_rule("float8_mm_backward"),
             priority=Priority.BEFORE_AUTODIFF,
         )
     )

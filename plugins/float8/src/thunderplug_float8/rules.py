@@ -15,8 +15,6 @@ from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInpu
 
 from thunderplug.subclass_proxy import SubclassTensorProxy
 
-TARGET = "Float8TrainingTensor.torch.mm"
-
 
 def float8_mm_checker(a, b) -> str | None:
     for value in (a, b):
