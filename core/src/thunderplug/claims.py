@@ -9,13 +9,11 @@ and before any fuser, whatever the install order.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from thunder.core import prims
-from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_flatten
 from thunder.extend import FusionExecutor, OperatorExecutor
 
 from thunderplug.specs import Claim, Stage
@@ -60,6 +58,7 @@ def _recording_checker(executor: OperatorExecutor, claim: Claim) -> Callable[...
 
 def _claim_subclass_op(executor: OperatorExecutor, claim: Claim) -> None:
     from thunderplug.core_executor import active_core_executor
+    from thunderplug.subclass_autodiff import forward_and_backward
     from thunderplug.subclass_ops import subclass_op_symbol, torch_function_of
 
     target = str(claim.target)
@@ -76,15 +75,7 @@ def _claim_subclass_op(executor: OperatorExecutor, claim: Claim) -> None:
         return symbols()[0](*args, **kwargs)
 
     def grad_transform(*args: Any, **kwargs: Any) -> Any:
-        forward, backward = symbols()
-        result = forward(*args, **kwargs)
-        outputs = [o for o in tree_flatten(result)[0] if isinstance(o, TensorProxy)]
-        grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs])
-        inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
-        for value, grad in zip(inputs, grads):
-            if grad is not None:
-                prims.put_grad(value, grad)
-        return result
+        return forward_and_backward(*symbols(), args, kwargs)
 
     executor.register_implementation(
         f"thunderplug.subclass.{target}",
@@ -94,6 +85,7 @@ def _claim_subclass_op(executor: OperatorExecutor, claim: Claim) -> None:
     )
 
 
+@functools.cache  # one wrapper per rule, so the backward symbol is built once, not per call
 def _backward_of(backward: Callable[..., Any]) -> Callable[..., Any]:
     def run(args: tuple, kwargs: dict, cotangents: list) -> list:
         return list(backward(*args, *cotangents, **kwargs))

@@ -14,6 +14,7 @@ flatten them like any other subclass argument.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -40,41 +41,35 @@ from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
 
 def register_vjp(symbol: Symbol, display: str, torch_fn: Callable[..., Any], table: AtenTable) -> None:
     """Give a subclass op symbol the gradient of its outer torch op."""
-    backward = subclass_op_symbol_for_backward(display, torch_fn, table)
+    backward = subclass_op_symbol(f"{display}.backward", _vjp_of(torch_fn), table, differentiable=False)
 
     def grad_rule(*args: Any, **kwargs: Any) -> Any:
-        result = symbol(*args, **kwargs)
-        outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
-        cotangents = [prims.get_grad(o) for o in outputs]
-        inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
         try:
-            grads = backward(args, kwargs, cotangents)
+            return forward_and_backward(symbol, backward, args, kwargs)
         except SubclassDispatchError as error:
+            inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
             where = source_locations.get(call_key(display, inputs), "")
             raise SubclassDispatchError(
                 f"no gradient for {display}{where}: neither a claim nor the outer op's derivative works here ({error})"
             ) from error
-        for value, grad in zip(inputs, grads):
-            if grad is not None and _differentiable(value):
-                prims.put_grad(value, grad)
-        return result
 
     register_grad(symbol.id, grad_rule)
 
 
-def subclass_op_symbol_for_backward(display: str, torch_fn: Callable[..., Any], table: AtenTable) -> Symbol:
-    """``<Class>.<op>.backward(args, kwargs, cotangents)`` -> one gradient per tensor argument."""
-    key = (display, torch_fn, id(table))
-    if key not in _backward_symbols:
-        _backward_symbols[key] = subclass_op_symbol(
-            f"{display}.backward", _vjp_of(torch_fn), table, differentiable=False
-        )
-    return _backward_symbols[key]
+def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs: dict) -> Any:
+    """A joint gradient rule: emit ``forward(*args)``, then ``backward(args, kwargs, cotangents)``
+    for its differentiable outputs, and put the gradient it returns for each tensor argument."""
+    result = forward(*args, **kwargs)
+    outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
+    grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs])
+    inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+    for value, grad in zip(inputs, grads):
+        if grad is not None and _differentiable(value):
+            prims.put_grad(value, grad)
+    return result
 
 
-_backward_symbols: dict[tuple, Symbol] = {}
-
-
+@functools.cache  # one function per torch op, so its backward symbol is built once
 def _vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
     def vjp(args: tuple, kwargs: dict, cotangents: list) -> list:
         flat, _ = torch_pytree.tree_flatten((args, kwargs))
