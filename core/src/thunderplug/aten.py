@@ -138,6 +138,15 @@ class AtenTable:
 
     def __init__(self, ops: Iterable[AtenOp]):
         self.symbols: dict[OpOverload, Symbol] = {op.overload: symbol_for(op) for op in ops}
+        self.overloads_by_id: dict[str, OpOverload] = {symbol.id: overload for overload, symbol in self.symbols.items()}
+
+    @functools.cached_property
+    def decompositions(self) -> dict:
+        """torch's own decompositions to core ATen for the ops not in this table (e.g. the backward
+        kernels autograd emits, ``threshold_backward``), for ``make_fx``; registered ops stay whole."""
+        from torch._decomp import core_aten_decompositions
+
+        return {op: fn for op, fn in core_aten_decompositions().items() if op not in self.symbols}
 
     def call(self, overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
         symbol = self.symbols.get(overload)

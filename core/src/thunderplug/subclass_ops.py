@@ -11,7 +11,7 @@ is really needed at run time: at the outputs).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -112,9 +112,8 @@ check_not_subclass = pythonex.register_operator(
 
 # -- subclass op symbols ----------------------------------------------------------------------
 
-_op_symbols: dict[tuple[type, Any, int], Symbol] = {}
+_op_symbols: dict[tuple[str, Any, int], Symbol] = {}
 _op_symbol_ids: set[str] = set()
-_torch_fn_by_display: dict[str, Callable[..., Any]] = {}
 
 
 def is_subclass_op(symbol: Symbol) -> bool:
@@ -147,7 +146,6 @@ def subclass_op_symbol(
         )
         _op_symbol_ids.add(symbol.id)
         _op_symbols[key] = symbol
-        _torch_fn_by_display.setdefault(display, torch_fn)
         if differentiable:
             from thunderplug.subclass_autodiff import register_vjp
 
@@ -156,13 +154,21 @@ def subclass_op_symbol(
 
 
 def torch_function_of(display: str) -> Callable[..., Any]:
-    """The torch function behind a subclass op seen so far (``TwoTensor.torch.mul`` -> ``torch.mul``)."""
-    if display in _torch_fn_by_display:
-        return _torch_fn_by_display[display]
+    """The torch function a subclass op name stands for (``TwoTensor.torch.mul`` -> ``torch.mul``)."""
     _, _, path = display.partition(".")
-    target: Any = __import__("torch")
+    function = _torch_attribute(path)
+    if function is None:
+        raise AttributeError(f"{display} names no torch function ({path} does not exist)")
+    return function
+
+
+def _torch_attribute(path: str) -> Any:
+    """``torch.nn.functional.linear`` -> that object, or ``None`` if the dotted path does not exist."""
+    target: Any = torch
     for part in path.split(".")[1:]:
-        target = getattr(target, part)
+        target = getattr(target, part, None)
+        if target is None:
+            return None
     return target
 
 
@@ -200,23 +206,13 @@ def unroll(display: str, torch_fn: Callable[..., Any], table: AtenTable, args: t
 
     try:
         with fake_mode():
-            graph = make_fx(on_fakes, decomposition_table=_decompositions(table))(*[fake_like(leaf) for leaf in leaves])
+            graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_like(leaf) for leaf in leaves])
     except Exception as error:
         raise SubclassDispatchError(f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}") from error
     out_leaves = iter(_replay(graph, leaves, table, display))
     out_spec, plans = output_plan
     outputs = [_build_output(plan, out_leaves) for plan in plans]
     return torch_pytree.tree_unflatten(outputs, out_spec)
-
-
-def _decompositions(table: AtenTable) -> dict:
-    """torch's own decompositions to core ATen, for the ops no plugin registers (the backward
-    kernels autograd emits, e.g. ``threshold_backward``); registered ops stay whole."""
-    if not hasattr(table, "_decompositions"):
-        from torch._decomp import core_aten_decompositions
-
-        table._decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in table.symbols}
-    return table._decompositions
 
 
 def _rebuild_fake(proxy: TensorProxy, fake_leaves) -> torch.Tensor:
@@ -310,13 +306,18 @@ _BOOKKEEPING_PRIM_PREFIXES = (
 )
 
 
-def has_subclass_proxy(args: tuple, kwargs: dict) -> bool:
+def subclass_proxies(args: tuple, kwargs: dict) -> Iterator[SubclassTensorProxy]:
+    """The subclass proxies among a call's arguments, also one level inside lists and tuples
+    (``torch.cat([x, y])``); this runs for every symbol call while tracing, so it stays shallow."""
     for value in (*args, *kwargs.values()):
         if type(value) is SubclassTensorProxy:
-            return True
-        if isinstance(value, (list, tuple)) and any(type(item) is SubclassTensorProxy for item in value):
-            return True
-    return False
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (item for item in value if type(item) is SubclassTensorProxy)
+
+
+def has_subclass_proxy(args: tuple, kwargs: dict) -> bool:
+    return next(subclass_proxies(args, kwargs), None) is not None
 
 
 def passes_through(symbol: Symbol) -> bool:
@@ -331,12 +332,8 @@ def passes_through(symbol: Symbol) -> bool:
 def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Symbol | None:
     """The subclass op symbol a call of ``symbol`` on subclass proxies becomes, or ``None`` to
     let ``symbol`` run as itself (a composite whose parts will be dispatched one by one)."""
-    cls = next(
-        value.subclass_type
-        for value in (*args, *kwargs.values(), *(i for v in args if isinstance(v, (list, tuple)) for i in v))
-        if type(value) is SubclassTensorProxy
-    )
-    overload = _overload_by_id(table).get(symbol.id)
+    cls = next(subclass_proxies(args, kwargs)).subclass_type
+    overload = table.overloads_by_id.get(symbol.id)
     if overload is not None:
         return subclass_op_symbol(f"{cls.__name__}.{symbol.id}", overload, table)
     torch_fn, op_name = torch_function_for(symbol)
@@ -362,12 +359,6 @@ def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
         return None
     module = impl.symbol.module
     return getattr(module, impl.symbol.name, None) if module is not None else None
-
-
-def _overload_by_id(table: AtenTable) -> dict[str, torch._ops.OpOverload]:
-    if not hasattr(table, "_by_id"):
-        table._by_id = {symbol.id: overload for overload, symbol in table.symbols.items()}
-    return table._by_id
 
 
 _torch_keys_by_symbol_id: dict[Any, list[Callable[..., Any]]] = {}
@@ -401,11 +392,7 @@ def torch_function_for(symbol: Symbol) -> tuple[Callable[..., Any], str] | tuple
     if methods:
         return methods[0], f"torch.{methods[0].__name__}"
     if isinstance(symbol.id, str) and symbol.id.startswith("torch."):
-        target: Any = torch
-        for part in symbol.id.split(".")[1:]:
-            target = getattr(target, part, None)
-            if target is None:
-                break
+        target = _torch_attribute(symbol.id)
         if callable(target):
             return target, symbol.id
     keys = _torch_keys(symbol)
