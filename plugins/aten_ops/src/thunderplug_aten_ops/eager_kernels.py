@@ -1,0 +1,300 @@
+"""The ``eager_kernels`` executor: eager PyTorch's own ATen kernels, forward and backward, for ops
+thunder decomposes differently.
+
+Why: thunder differentiates GELU, LayerNorm, softmax, log-softmax, cross-entropy and SDPA through
+its own decompositions into prims. Their values differ from ATen's kernels by an ulp here and there
+(``thunder.jit(F.gelu)`` with grad differs from eager in a third of the elements), and float8
+rounding amplifies that into 1e-4-level loss drift in a float8 transformer, where eager and
+``torch.compile(backend="aot_eager")`` agree bit for bit. Running the very kernels eager's autograd
+runs (``aten.gelu`` / ``aten.gelu_backward``, ``native_layer_norm`` / ``native_layer_norm_backward``,
+``_softmax`` / ``_softmax_backward_data``, ``_log_softmax`` / ``_log_softmax_backward_data``,
+``nll_loss_forward`` / ``nll_loss_backward``, ``_scaled_dot_product_flash_attention_for_cpu`` and its
+backward) makes those ops bit-identical to eager. On CPU they are also faster than the
+decompositions run op by op.
+
+How: one thunder ``OperatorExecutor``; each ltorch symbol gets
+``register_implementation(symbol, checker=..., execution_transform=..., grad_transform=...)``, the
+extension point thunder's own sdpa executor uses. The executor sits before the fusers
+(``Priority.BEFORE_AUTODIFF``), so thunder's autodiff asks it first and takes its grad rule: the
+forward kernel is recorded in the forward trace, the backward kernel (fed by the kernel's own saved
+outputs, such as LayerNorm's mean and rstd) in the backward trace. Each kernel's output metadata
+comes from running the overload on meta tensors, never from a guess.
+
+Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
+tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
+label smoothing, probability targets or more than two dims, SDPA with a mask, dropout, or a shape
+eager routes to its math fallback. ``discover(exclude=["eager_kernels"])`` turns the executor off,
+e.g. to let a GPU fuser take these ops into its regions instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from thunder.core import devices, dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor, register_executor
+
+import thunder.torch as ltorch
+
+EXECUTOR_NAME = "eager_kernels"
+aten = torch.ops.aten
+
+#: ``reduction=`` strings as ATen's loss kernels number them (``at::Reduction``).
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+# -- operators: an ATen overload, its metadata from its meta kernel ------------------------------
+
+
+def _to_torch(x: Any) -> Any:
+    if isinstance(x, dtypes.dtype):
+        return dtypes.to_torch_dtype(x)
+    if isinstance(x, devices.Device):
+        return devices.to_torch_device(x)
+    return x
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, TensorProxy):
+        return torch.empty(tuple(x.shape), dtype=dtypes.to_torch_dtype(x.dtype), device="meta")
+    return _to_torch(x)
+
+
+def _proxy_like(t: torch.Tensor | None, device: devices.Device, requires_grad: bool) -> TensorProxy | None:
+    if t is None:  # an output the call's mask left undefined
+        return None
+    return TensorProxy(shape=tuple(t.shape), dtype=dtypes.to_dtype(t.dtype), device=device, requires_grad=requires_grad)
+
+
+def _call(overload: Any) -> Callable[..., Any]:
+    """``overload`` taking all its arguments positionally, in schema order (keyword-only ones too),
+    so traces print one plain call."""
+    keyword_only = [arg.name for arg in overload._schema.arguments if arg.kwarg_only]
+    positional = len(overload._schema.arguments) - len(keyword_only)
+
+    def call(*args: Any) -> Any:
+        return overload(*args[:positional], **dict(zip(keyword_only, args[positional:])))
+
+    return call
+
+
+def _operator(executor: OperatorExecutor, name: str, overload: Any, *, differentiable: Sequence[int] = ()):
+    """A thunder operator running ``overload`` (all arguments positional, schema order).
+
+    ``differentiable`` lists the outputs that carry ``requires_grad`` when an input does (the
+    forward's primal; never saved statistics such as LayerNorm's mean).
+    """
+
+    call = _call(overload)
+
+    def meta(*args: Any) -> Any:
+        tensors = [a for a in args if isinstance(a, TensorProxy)]
+        grad = any(t.requires_grad for t in tensors)
+        out = call(*(_to_meta(a) for a in args))
+        if isinstance(out, torch.Tensor):
+            return _proxy_like(out, tensors[0].device, grad and 0 in differentiable)
+        return tuple(_proxy_like(o, tensors[0].device, grad and i in differentiable) for i, o in enumerate(out))
+
+    def run(*args: Any) -> Any:
+        return call(*(_to_torch(a) for a in args))
+
+    return executor.register_operator(name, meta=meta, fn=run)
+
+
+def _plain(*values: Any) -> bool:
+    """All given tensors are plain thunder tensors (``None`` allowed), none a subclass proxy."""
+    return all(v is None or type(v) is TensorProxy for v in values)
+
+
+def _float(a: Any) -> bool:
+    return type(a) is TensorProxy and dtypes.is_float_dtype(a.dtype)
+
+
+# -- the rules: forward kernel, get_grad, backward kernel, put_grad ------------------------------
+
+
+class _Kernels:
+    """The operators of one executor (built once, by :func:`build_executor`)."""
+
+    def __init__(self, executor: OperatorExecutor):
+        op = lambda name, overload, **kw: _operator(executor, name, overload, **kw)  # noqa: E731
+        self.gelu = op("eager_gelu", aten.gelu.default, differentiable=(0,))
+        self.gelu_backward = op("eager_gelu_backward", aten.gelu_backward.default)
+        self.layer_norm = op("eager_native_layer_norm", aten.native_layer_norm.default, differentiable=(0,))
+        self.layer_norm_backward = op("eager_native_layer_norm_backward", aten.native_layer_norm_backward.default)
+        self.softmax = op("eager_softmax", aten._softmax.default, differentiable=(0,))
+        self.softmax_backward = op("eager_softmax_backward_data", aten._softmax_backward_data.default)
+        self.log_softmax = op("eager_log_softmax", aten._log_softmax.default, differentiable=(0,))
+        self.log_softmax_backward = op("eager_log_softmax_backward_data", aten._log_softmax_backward_data.default)
+        self.nll_loss = op("eager_nll_loss_forward", aten.nll_loss_forward.default, differentiable=(0,))
+        self.nll_loss_backward = op("eager_nll_loss_backward", aten.nll_loss_backward.default)
+        self.sdpa = op(
+            "eager_sdpa_flash_cpu", aten._scaled_dot_product_flash_attention_for_cpu.default, differentiable=(0,)
+        )
+        self.sdpa_backward = op(
+            "eager_sdpa_flash_cpu_backward", aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+        )
+
+    # gelu ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def gelu_checker(a: Any, /, *, approximate: str = "none") -> bool:
+        return _float(a) and approximate in ("none", "tanh")
+
+    def gelu_execute(self, a: TensorProxy, /, *, approximate: str = "none") -> TensorProxy:
+        return self.gelu(a, approximate)
+
+    def gelu_grad(self, a: TensorProxy, /, *, approximate: str = "none") -> TensorProxy:
+        out = self.gelu(a, approximate)
+        put_grad(a, self.gelu_backward(get_grad(out), a, approximate))
+        return out
+
+    # layer_norm ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def layer_norm_checker(a: Any, /, normalized_shape: Sequence[int], weight=None, bias=None, eps=1e-5) -> bool:
+        return _float(a) and _plain(weight, bias)
+
+    def layer_norm_execute(self, a, /, normalized_shape, weight=None, bias=None, eps=1e-5):
+        return self.layer_norm(a, list(normalized_shape), weight, bias, eps)[0]
+
+    def layer_norm_grad(self, a, /, normalized_shape, weight=None, bias=None, eps=1e-5):
+        shape = list(normalized_shape)
+        out, mean, rstd = self.layer_norm(a, shape, weight, bias, eps)
+        mask = [True, weight is not None, bias is not None]
+        ga, gw, gb = self.layer_norm_backward(get_grad(out), a, shape, mean, rstd, weight, bias, mask)
+        put_grad(a, ga)
+        if weight is not None:
+            put_grad(weight, gw)
+        if bias is not None:
+            put_grad(bias, gb)
+        return out
+
+    # softmax / log_softmax ----------------------------------------------------------------------
+
+    @staticmethod
+    def softmax_checker(a: Any, /, dim: int, *, dtype=None) -> bool:
+        return _float(a) and (dtype is None or dtypes.to_dtype(dtype) == a.dtype)
+
+    def softmax_execute(self, a, /, dim, *, dtype=None):
+        return self.softmax(a, dim, False)
+
+    def softmax_grad(self, a, /, dim, *, dtype=None):
+        out = self.softmax(a, dim, False)
+        put_grad(a, self.softmax_backward(get_grad(out), out, dim, a.dtype))
+        return out
+
+    def log_softmax_execute(self, a, /, dim, *, dtype=None):
+        return self.log_softmax(a, dim, False)
+
+    def log_softmax_grad(self, a, /, dim, *, dtype=None):
+        out = self.log_softmax(a, dim, False)
+        put_grad(a, self.log_softmax_backward(get_grad(out), out, dim, a.dtype))
+        return out
+
+    # cross_entropy = log_softmax + nll_loss, as ATen's cross_entropy_loss composes it -----------
+
+    @staticmethod
+    def cross_entropy_checker(
+        a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        label_smoothing=0.0,
+    ) -> bool:
+        return (
+            _float(a)
+            and a.ndim in (1, 2)
+            and type(target) is TensorProxy
+            and not dtypes.is_float_dtype(target.dtype)  # class indices, not probabilities
+            and target.ndim == a.ndim - 1
+            and _plain(weight)
+            and size_average is None
+            and reduce is None
+            and reduction in _REDUCTIONS
+            and label_smoothing == 0.0
+        )
+
+    def cross_entropy_execute(
+        self, a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        label_smoothing=0.0,
+    ):
+        logp = self.log_softmax(a, a.ndim - 1, False)
+        return self.nll_loss(logp, target, weight, _REDUCTIONS[reduction], ignore_index)[0]
+
+    def cross_entropy_grad(
+        self, a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        label_smoothing=0.0,
+    ):
+        dim, code = a.ndim - 1, _REDUCTIONS[reduction]
+        logp = self.log_softmax(a, dim, False)
+        out, total_weight = self.nll_loss(logp, target, weight, code, ignore_index)
+        g_logp = self.nll_loss_backward(get_grad(out), logp, target, weight, code, ignore_index, total_weight)
+        put_grad(a, self.log_softmax_backward(g_logp, logp, dim, a.dtype))
+        return out
+
+    # scaled_dot_product_attention: the CPU flash kernel, where eager picks it ------------------
+
+    @staticmethod
+    def sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None) -> bool:
+        if not all(_float(t) for t in (q, k, v)) or attn_mask is not None or dropout_p != 0.0:
+            return False
+        if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v)):
+            return False
+        return _eager_sdpa_backend(q, k, v, is_causal, scale) == torch.nn.attention.SDPBackend.FLASH_ATTENTION
+
+    def sdpa_execute(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
+        return self.sdpa(q, k, v, dropout_p, is_causal, None, scale)[0]
+
+    def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
+        out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, None, scale)
+        gq, gk, gv = self.sdpa_backward(get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, None, scale)
+        for t, g in ((q, gq), (k, gk), (v, gv)):
+            put_grad(t, g)
+        return out
+
+
+def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
+    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes and dtypes.
+
+    Asked of torch itself, on stand-ins that share one row of storage (shape and dtype are what
+    the CPU choice reads; the last dim is kept unit-stride, as the flash kernel requires).
+    """
+
+    def stand_in(t: TensorProxy) -> torch.Tensor:
+        shape = tuple(t.shape)
+        row = torch.empty(shape[-1] if shape else 1, dtype=dtypes.to_torch_dtype(t.dtype))
+        return row.as_strided(shape, (0,) * (len(shape) - 1) + (1,)) if shape else row[0]
+
+    choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), is_causal=is_causal, scale=scale)
+    return torch.nn.attention.SDPBackend(choice)
+
+
+#: ltorch symbol -> (checker, execution transform, grad transform) names on :class:`_Kernels`.
+_RULES: dict[Any, tuple[str, str, str]] = {
+    ltorch.gelu: ("gelu_checker", "gelu_execute", "gelu_grad"),
+    ltorch.layer_norm: ("layer_norm_checker", "layer_norm_execute", "layer_norm_grad"),
+    ltorch._softmax: ("softmax_checker", "softmax_execute", "softmax_grad"),
+    ltorch.log_softmax: ("softmax_checker", "log_softmax_execute", "log_softmax_grad"),
+    ltorch.cross_entropy: ("cross_entropy_checker", "cross_entropy_execute", "cross_entropy_grad"),
+    ltorch.scaled_dot_product_attention: ("sdpa_checker", "sdpa_execute", "sdpa_grad"),
+}
+
+
+def claimed_symbols() -> tuple[Any, ...]:
+    """The ltorch symbols this executor may take (documentation and tests)."""
+    return tuple(_RULES)
+
+
+def build_executor() -> OperatorExecutor:
+    """The executor, registered with thunder under :data:`EXECUTOR_NAME`."""
+    executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
+    register_executor(executor)
+    kernels = _Kernels(executor)
+    for symbol, (checker, execute, grad) in _RULES.items():
+        rule: Callable[[str], Callable[..., Any]] = lambda name: getattr(kernels, name)  # noqa: E731
+        executor.register_implementation(
+            symbol, checker=rule(checker), execution_transform=rule(execute), grad_transform=rule(grad)
+        )
+    return executor
