@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 import thunderplug
 from thunderplug import ExecutorSpec, PluginHost, Status, hookimpl
@@ -66,7 +67,7 @@ def test_each_kind_of_broken_plugin_is_isolated(fake_dists):
 def test_strict_mode_reraises(fake_dists):
     fake_dists.add("no_library", "raise OSError('missing libfoo.so')\n")
     with pytest.raises(OSError, match="libfoo"):
-        PluginHost(environ={"THUNDERPLUG_STRICT": "1"}).report()
+        PluginHost(environ={"THUNDERPLUG_STRICT": "1", "THUNDERPLUG_PLUGINS": "no_library"}).report()
 
 
 def test_unavailable_reason_skips_other_hooks(plugin_host):
@@ -113,17 +114,32 @@ def test_order_is_priority_then_name_not_install_order(plugin_host):
 
     for name, priority in [("zeta", 100), ("beta", 5), ("alpha", 5), ("omega", 500)]:
         plugin_host.add_plugin(plugin(name, priority), name)
-    assert [spec.name for spec in plugin_host.executor_specs()] == ["omega", "zeta", "alpha", "beta"]
-    assert [spec.name for spec in plugin_host.executor_specs(only=["beta", "omega"])] == ["omega", "beta"]
-    assert [spec.name for spec in plugin_host.executor_specs(exclude=["zeta"])] == ["omega", "alpha", "beta"]
+    core = ["thunderplug", "thunderplug_broadcast_grads"]  # thunderplug's own plugins, by the same rule
+    assert [spec.name for spec in plugin_host.executor_specs()] == [*core, "omega", "zeta", "alpha", "beta"]
+    assert [spec.name for spec in plugin_host.executor_specs(only=["beta", "omega"])] == [*core, "omega", "beta"]
+    assert [spec.name for spec in plugin_host.executor_specs(exclude=["zeta", "thunderplug_broadcast_grads"])] == [
+        "thunderplug",
+        "omega",
+        "alpha",
+        "beta",
+    ]
 
 
-def test_duplicate_executor_names_name_both_providers(fake_dists):
+def test_duplicate_executor_name_skips_the_later_plugin_and_names_both(fake_dists):
     fake_dists.add("first", GOOD.format(name="same_name", priority=0))
     fake_dists.add("second", GOOD.format(name="same_name", priority=0))
-    with pytest.raises(thunderplug.DuplicateRegistrationError) as error:
-        thunderplug.discover(host=PluginHost(environ={}))
-    assert "fake-first" in str(error.value) and "fake-second" in str(error.value)
+    fake_dists.add("steals_aten", GOOD.format(name="aten", priority=0))
+    host = PluginHost(environ={})
+    found = statuses(host)
+    assert found["first"].status is Status.ACTIVE
+    assert found["second"].status is Status.CONFLICT and found["steals_aten"].status is Status.CONFLICT
+    assert "fake-first" in found["second"].reason and "fake-second" in found["second"].reason
+    assert "thunderplug-aten" in found["steals_aten"].reason and "fake-steals-aten" in found["steals_aten"].reason
+    assert found["aten_ops"].status is Status.ACTIVE
+    names = [ex.name for ex in thunderplug.discover(host=host, include_defaults=False)]
+    assert names.count("same_name") == 1 and "aten" in names
+    with pytest.raises(thunderplug.DuplicateRegistrationError, match="fake-second"):
+        PluginHost(environ={"THUNDERPLUG_STRICT": "1", "THUNDERPLUG_PLUGINS": "first,second"}).report()
 
 
 def test_failing_executor_factory_marks_only_its_plugin_failed(plugin_host):
@@ -171,7 +187,7 @@ def test_cli_json_report(capsys):
     records = json.loads(capsys.readouterr().out)
     by_name = {r["name"]: r for r in records}
     assert {"name", "status", "reason", "version", "executors"} <= set(by_name["aten_ops"])
-    assert by_name["aten_ops"]["executors"] == ["aten"]
+    assert by_name["aten_ops"]["executors"] == ["aten", "eager_kernels"]
 
 
 def test_cli_table(capsys):
@@ -198,7 +214,7 @@ def test_cuda_plugins_say_why_they_are_unavailable(plugin):
     reason = cuda_unavailable_reason()
     if reason is None:
         pytest.skip("CUDA is available here; the package check decides")
-    assert (status.status, status.reason) == (Status.UNAVAILABLE, reason)
+    assert status.status is Status.UNAVAILABLE and reason in status.reason
 
 
 @pytest.mark.requires_cuda
@@ -206,3 +222,171 @@ def test_requires_cuda_marker_skips_without_cuda():
     import torch
 
     assert torch.cuda.is_available()
+
+
+BAD_REGISTRATION = """
+from thunderplug import hookimpl
+
+@hookimpl
+def register_executors(register):
+    register("not a spec")
+"""
+
+NOT_AN_EXECUTOR = """
+from thunderplug import ExecutorSpec, hookimpl
+
+@hookimpl
+def register_executors(register):
+    register(ExecutorSpec("not_an_executor", lambda: "a string"))
+"""
+
+
+def test_wrong_registrations_make_only_that_plugin_invalid(fake_dists):
+    import thunder
+
+    fake_dists.add("registers_a_str", BAD_REGISTRATION)
+    fake_dists.add("builds_a_str", NOT_AN_EXECUTOR)
+    host = PluginHost(environ={})
+    found = statuses(host)
+    assert found["registers_a_str"].status is Status.INVALID
+    assert "register('not a spec')" in found["registers_a_str"].reason and "ExecutorSpec" in found["registers_a_str"].reason
+    assert found["aten_ops"].status is Status.ACTIVE  # report() works: `thunderplug plugins` does not crash
+
+    with pytest.warns(thunderplug.ThunderplugWarning, match="builds_a_str"):
+        executors = thunderplug.discover(host=host)
+    assert found["builds_a_str"].status is Status.INVALID
+    assert "'not_an_executor'" in found["builds_a_str"].reason and "str" in found["builds_a_str"].reason
+    assert {"thunderplug", "aten"} <= {ex.name for ex in executors}
+
+    x = torch.randn(3, 4, requires_grad=True)  # the user's call is unaffected
+    jitted = thunder.jit(lambda x: (x * 2).sin().sum(), executors=executors)
+    torch.testing.assert_close(jitted(x), (x * 2).sin().sum())
+
+
+def test_one_warning_per_plugin_per_process_and_quiet(plugin_host, recwarn):
+    class Unavailable:
+        @hookimpl
+        def unavailable_reason(self):
+            return "needs a unicorn"
+
+    plugin_host.add_plugin(Unavailable(), "warned_once_plugin")
+    thunderplug.discover(host=plugin_host, quiet=True)
+    assert not [w for w in recwarn if "warned_once_plugin" in str(w.message)]
+    thunderplug.discover(host=plugin_host)
+    thunderplug.discover(host=plugin_host)
+    messages = [str(w.message) for w in recwarn if "warned_once_plugin" in str(w.message)]
+    assert len(messages) == 1
+    assert "unavailable" in messages[0] and "needs a unicorn" in messages[0]
+    assert "thunderplug plugins" in messages[0] and "THUNDERPLUG_QUIET=1" in messages[0]
+    assert recwarn[-1].filename == __file__  # points at the user's discover() call
+
+
+def test_quiet_environment_variable(recwarn):
+    class Unavailable:
+        @hookimpl
+        def unavailable_reason(self):
+            return "no unicorn either"
+
+    host = PluginHost(load_entry_points=False, environ={"THUNDERPLUG_QUIET": "1"})
+    host.add_plugin(Unavailable(), "quiet_env_plugin")
+    thunderplug.discover(host=host)
+    assert not [w for w in recwarn if "quiet_env_plugin" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    ("value", "strict"),
+    [("1", True), ("true", True), ("Yes", True), ("ON", True), ("0", False), ("false", False), ("no", False), ("off", False), ("", False)],
+)
+def test_booleans_are_parsed_as_people_write_them(fake_dists, value, strict):
+    fake_dists.add("no_library_bool", "raise OSError('missing libbar.so')\n")
+    host = PluginHost(environ={"THUNDERPLUG_STRICT": value, "THUNDERPLUG_PLUGINS": "no_library_bool"})
+    assert host.strict is strict
+    if strict:
+        with pytest.raises(OSError, match="libbar"):
+            host.report()
+    else:
+        assert statuses(host)["no_library_bool"].status is Status.UNAVAILABLE
+
+
+def test_a_value_that_is_no_boolean_is_a_warning():
+    with pytest.warns(thunderplug.ThunderplugWarning, match="THUNDERPLUG_STRICT='maybe' is not a boolean"):
+        assert PluginHost(environ={"THUNDERPLUG_STRICT": "maybe"}).strict is False
+
+
+@pytest.mark.parametrize("variable", ["THUNDERPLUG_PLUGINS", "THUNDERPLUG_DISABLE"])
+def test_unknown_plugin_names_are_a_warning(variable):
+    with pytest.warns(thunderplug.ThunderplugWarning, match=rf"{variable} names 'nonexistent_{variable.lower()}'") as caught:
+        PluginHost(environ={variable: f"aten_ops, nonexistent_{variable.lower()}"}).report()
+    assert "installed: aten_ops, " in str(caught[0].message) and "thunderplug_broadcast_grads" in str(caught[0].message)
+
+
+def test_allowlist_keeps_thunderplugs_own_executors():
+    host = PluginHost(environ={"THUNDERPLUG_PLUGINS": "aten_ops"})
+    found = statuses(host)
+    assert found["thunderplug"].status is Status.ACTIVE and found["thunderplug"].builtin
+    assert found["float8"].status is Status.DISABLED
+    names = [ex.name for ex in thunderplug.discover(host=host, include_defaults=False)]
+    assert names == ["thunderplug", "thunderplug_broadcast_grads", "eager_kernels", "aten"]
+    blocked = PluginHost(environ={"THUNDERPLUG_DISABLE": "thunderplug_broadcast_grads"})
+    assert statuses(blocked)["thunderplug_broadcast_grads"].status is Status.DISABLED
+    assert "thunderplug_broadcast_grads" not in [ex.name for ex in thunderplug.discover(host=blocked)]
+
+
+def test_availability_is_per_executor(plugin_host):
+    from thunder.extend import OperatorExecutor
+
+    class TwoMachines:
+        @hookimpl
+        def register_executors(self, register):
+            register(ExecutorSpec("gpu_only_ex", lambda: OperatorExecutor("gpu_only_ex"), unavailable_reason=lambda: "no GPU here"))
+            register(ExecutorSpec("cpu_ex", lambda: OperatorExecutor("cpu_ex"), unavailable_reason=lambda: None))
+
+    status = plugin_host.add_plugin(TwoMachines(), "two_machines")
+    assert (status.status, status.executors, status.unavailable_executors) == (
+        Status.ACTIVE,
+        ["cpu_ex"],
+        {"gpu_only_ex": "no GPU here"},
+    )
+    assert "gpu_only_ex" not in [ex.name for ex in thunderplug.discover(host=plugin_host)]
+
+
+def test_mark_failed_forgets_fusion_claims(plugin_host):
+    from thunderplug.specs import FusionFilter
+
+    class Filters:
+        @hookimpl
+        def register_claims(self, register):
+            register(FusionFilter("keep_out", "torchcompile", lambda bsym: "never"))
+
+    plugin_host.add_plugin(Filters(), "filters")
+    assert len(plugin_host.fusion_claims()) == 1
+    plugin_host.mark_failed("filters", RuntimeError("broke later"))
+    assert plugin_host.fusion_claims() == []
+    assert statuses(plugin_host)["filters"].status is Status.FAILED
+
+
+def test_report_lists_hooks_and_module(plugin_host):
+    class Hooks:
+        @hookimpl
+        def unavailable_reason(self):
+            return None
+
+        @hookimpl
+        def register_executors(self, register):
+            pass
+
+    status = plugin_host.add_plugin(Hooks(), "hooks_listed")
+    assert status.hooks == ["register_executors", "unavailable_reason"]
+    assert status.module == f"{__name__}:test_report_lists_hooks_and_module.<locals>.Hooks"
+    core = statuses(plugin_host)["thunderplug"]
+    assert (core.module, core.hooks, core.executors) == ("thunderplug.builtins:CorePlugin", ["register_executors"], ["thunderplug"])
+
+
+def test_first_discover_from_several_threads_agrees(fake_dists):
+    from concurrent.futures import ThreadPoolExecutor
+
+    fake_dists.add("racy", GOOD.format(name="racy_ex", priority=5))
+    host = PluginHost(environ={})
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: [ex.name for ex in thunderplug.discover(host=host, quiet=True)], range(4)))
+    assert all(result == results[0] for result in results) and "racy_ex" in results[0]

@@ -6,23 +6,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from thunderplug.discovery import DuplicateRegistrationError, PluginHost, default_host
+from thunderplug.discovery import DuplicateRegistrationError, InvalidRegistrationError, PluginHost, default_host
 from thunderplug.hookspecs import hookimpl
+from thunderplug.notices import RecompileWarning, ThunderplugWarning
 from thunderplug.report import PluginStatus, Status
 from thunderplug.specs import AtenOp, Claim, ExecutorSpec, Priority, Stage
+
+if TYPE_CHECKING:
+    from thunder.extend import Executor
 
 __all__ = [
     "AtenOp",
     "Claim",
     "DuplicateRegistrationError",
     "ExecutorSpec",
+    "InvalidRegistrationError",
     "PluginHost",
     "PluginStatus",
     "Priority",
+    "RecompileWarning",
     "Stage",
     "Status",
+    "ThunderplugWarning",
     "discover",
     "hookimpl",
     "report",
@@ -35,18 +42,25 @@ def discover(
     only: list[str] | None = None,
     exclude: list[str] | None = None,
     include_defaults: bool = True,
+    quiet: bool = False,
     host: PluginHost | None = None,
-) -> list[Any]:
+) -> list[Executor]:
     """Executors from every installed, available plugin, ready for ``thunder.jit(executors=...)``.
 
-    Ordered by declared priority then name, never by install order; thunder's own default
-    executors follow when ``include_defaults``. ``only``/``exclude`` take plugin or executor names.
+    Ordered by declared priority then name, never by install order (thunderplug's own executors
+    come first); thunder's own default executors follow when ``include_defaults``.
+    ``only``/``exclude`` take plugin or executor names. Each plugin that is not active is warned
+    about once per process (``ThunderplugWarning``); ``quiet=True`` or ``THUNDERPLUG_QUIET=1``
+    silences that.
     """
     from thunderplug.executors import assemble_executors  # imports thunder
 
-    return assemble_executors(host or default_host(), only=only, exclude=exclude or (), include_defaults=include_defaults)
+    return assemble_executors(
+        host or default_host(), only=only, exclude=exclude or (), include_defaults=include_defaults, quiet=quiet
+    )
 
 
 def report() -> list[PluginStatus]:
-    """The status of every installed plugin: active, disabled, unavailable, invalid or failed."""
+    """The status of every plugin, thunderplug's own included: active, disabled, unavailable,
+    invalid, failed or conflict."""
     return default_host().report()

@@ -1,41 +1,55 @@
-"""Finding, loading and isolating plugins, and turning them into an ordered executor list.
+"""Finding, loading and isolating plugins, and turning them into ordered executor specs.
 
-Each entry point is loaded and called on its own: an import error, a missing shared library, a
-hook that raises or a misspelled hook gives that plugin a status and a reason, and the others
-still work. ``THUNDERPLUG_STRICT=1`` re-raises instead, for plugin authors.
+Each plugin is loaded and called on its own: an import error, a missing shared library, a hook
+that raises, a misspelled hook, a registration of the wrong type or a name another plugin already
+provides gives that plugin a status and a reason, and the others still work.
+``THUNDERPLUG_STRICT=1`` re-raises instead, for plugin authors.
+
+thunderplug's own executors are plugins too (:data:`DEFAULT_PLUGINS`), registered through the same
+hooks before any entry point, so they are listed, ordered and excluded by the same rules.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pluggy
 
-from thunderplug import hookspecs
+from thunderplug import hookspecs, settings
+from thunderplug.notices import warn_once
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import AtenOp, Claim, ExecutorSpec, Stage
+from thunderplug.specs import CLAIM_TYPES, AtenOp, ExecutorSpec, Stage
 
 ENTRY_POINT_GROUP = "thunderplug"
+
+#: ``(plugin name, "module:attribute")`` of the plugins thunderplug itself provides. Each attribute
+#: is called with the host and returns the plugin object. They are not subject to
+#: ``THUNDERPLUG_PLUGINS`` or ``discover(only=...)`` (which choose among installed plugins), but
+#: ``THUNDERPLUG_DISABLE`` and ``discover(exclude=...)`` name them like any other.
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("thunderplug", "thunderplug.builtins:CorePlugin"),
+    ("thunderplug_broadcast_grads", "thunderplug.builtins:BroadcastGradsPlugin"),
+)
 
 log = logging.getLogger("thunderplug")
 
 
 class DuplicateRegistrationError(ValueError):
-    """Two plugins provide the same executor name or ATen overload."""
+    """Two plugins provide the same executor name or ATen overload (raised only in strict mode)."""
+
+
+class InvalidRegistrationError(TypeError):
+    """A plugin registered something that is not what the hook takes, or built a non-executor."""
 
 
 class _PluginSkipped(Exception):
     """Internal: the plugin got a non-active status; stop processing it."""
-
-
-def _names(value: str | None) -> set[str] | None:
-    if value is None:
-        return None
-    return {part.strip() for part in value.split(",") if part.strip()}
 
 
 class PluginHost:
@@ -43,52 +57,76 @@ class PluginHost:
 
     ``thunderplug.discover()`` uses one shared host that loads entry points; tests and tools make
     their own with ``load_entry_points=False`` and add plugin objects with :meth:`add_plugin`.
+    All public methods may be called from several threads.
     """
 
     def __init__(self, *, load_entry_points: bool = True, environ: Mapping[str, str] | None = None):
         self._environ = os.environ if environ is None else environ
         self._load_entry_points = load_entry_points
-        self._entry_points_loaded = False
+        self._loaded = False
+        self._lock = threading.RLock()
         self._manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._manager.add_hookspecs(hookspecs)
         self._statuses: dict[str, PluginStatus] = {}
         self._executor_specs: dict[str, list[ExecutorSpec]] = {}
         self._aten_ops: dict[str, list[AtenOp]] = {}
-        self._fusion_claims: dict[str, list[Claim]] = {}
+        self._fusion_claims: dict[str, list[Any]] = {}
+        self._built: dict[ExecutorSpec, Any] = {}  # spec -> the Executor its factory built
 
-    # -- loading ---------------------------------------------------------------------------
+    # -- settings --------------------------------------------------------------------------
 
     @property
     def strict(self) -> bool:
-        return self._environ.get("THUNDERPLUG_STRICT", "") not in ("", "0")
+        return settings.flag(self._environ, settings.STRICT)
 
-    def _blocked_reason(self, name: str) -> str | None:
-        allowed = _names(self._environ.get("THUNDERPLUG_PLUGINS"))
-        if allowed is not None and name not in allowed:
-            return "not in THUNDERPLUG_PLUGINS"
-        if name in (_names(self._environ.get("THUNDERPLUG_DISABLE")) or set()):
-            return "listed in THUNDERPLUG_DISABLE"
+    @property
+    def quiet(self) -> bool:
+        return settings.flag(self._environ, settings.QUIET)
+
+    def _blocked_reason(self, name: str, *, builtin: bool) -> str | None:
+        allowed = settings.names(self._environ, settings.PLUGINS)
+        if not builtin and allowed is not None and name not in allowed:
+            return f"not in {settings.PLUGINS}"
+        if name in (settings.names(self._environ, settings.DISABLE) or ()):
+            return f"listed in {settings.DISABLE}"
         return None
 
+    # -- loading ---------------------------------------------------------------------------
+
     def _load(self) -> None:
-        if self._entry_points_loaded or not self._load_entry_points:
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            for name, path in DEFAULT_PLUGINS:
+                self._load_default(name, path)
+            if not self._load_entry_points:
+                return
+            entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+            for entry_point in sorted(entry_points, key=lambda ep: ep.name):
+                self._load_entry_point(entry_point)
+            self._warn_unknown_names()
+
+    def _load_default(self, name: str, path: str) -> None:
+        import thunderplug
+
+        status = self._new_status(name, distribution="thunderplug", version=thunderplug.__version__, module=path)
+        status.builtin = True
+        if self._set_blocked(status):
             return
-        self._entry_points_loaded = True
-        for entry_point in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
-            self._load_entry_point(entry_point)
+        module_name, _, attribute = path.partition(":")
+        plugin = getattr(importlib.import_module(module_name), attribute)(self)
+        self._activate(plugin, status)
 
     def _load_entry_point(self, entry_point: importlib.metadata.EntryPoint) -> None:
         dist = entry_point.dist
-        status = PluginStatus(
-            name=entry_point.name,
-            status=Status.ACTIVE,
+        status = self._new_status(
+            entry_point.name,
             distribution=dist.metadata["Name"] if dist else None,
             version=dist.version if dist else None,
+            module=entry_point.value,
         )
-        self._statuses[status.name] = status
-        blocked = self._blocked_reason(status.name)
-        if blocked:
-            status.status, status.reason = Status.DISABLED, blocked
+        if self._set_blocked(status):
             return
         try:
             plugin = self._guarded(status, entry_point.load)
@@ -98,37 +136,56 @@ class PluginHost:
 
     def add_plugin(self, plugin: object, name: str, *, distribution: str | None = None) -> PluginStatus:
         """Register a plugin object directly (tests, notebooks), with the same isolation."""
-        status = PluginStatus(name=name, status=Status.ACTIVE, distribution=distribution)
-        self._statuses[name] = status
-        blocked = self._blocked_reason(name)
-        if blocked:
-            status.status, status.reason = Status.DISABLED, blocked
-        else:
-            self._activate(plugin, status)
-        return status
+        with self._lock:
+            self._load()
+            module = getattr(plugin, "__name__", None) or f"{type(plugin).__module__}:{type(plugin).__qualname__}"
+            status = self._new_status(name, distribution=distribution, module=module)
+            if not self._set_blocked(status):
+                self._activate(plugin, status)
+            self._built.clear()  # executors built from all plugins' registrations (the core's ATen table) change
+            return status
 
     def remove_plugin(self, name: str) -> None:
-        if self._manager.has_plugin(name):
-            self._manager.unregister(name=name)
-        for registry in (self._statuses, self._executor_specs, self._aten_ops, self._fusion_claims):
-            registry.pop(name, None)
+        with self._lock:
+            if self._manager.has_plugin(name):
+                self._manager.unregister(name=name)
+            for registry in (self._statuses, self._executor_specs, self._aten_ops, self._fusion_claims):
+                registry.pop(name, None)
+            self._built.clear()
+
+    def _new_status(self, name: str, **fields: Any) -> PluginStatus:
+        status = PluginStatus(name=name, status=Status.ACTIVE, **fields)
+        previous = self._statuses.get(name)
+        if previous is None or previous.status is not Status.ACTIVE:
+            self._statuses[name] = status
+        else:  # two distributions with one entry-point name: keep both rows, skip the second
+            status.status = Status.CONFLICT
+            status.reason = f"the plugin name {name!r} is already taken by {previous.provider}; skipped"
+            self._statuses[f"{name} ({status.provider})"] = status
+        return status
+
+    def _set_blocked(self, status: PluginStatus) -> bool:
+        if status.status is not Status.ACTIVE:
+            return True
+        blocked = self._blocked_reason(status.name, builtin=status.builtin)
+        if blocked:
+            status.status, status.reason = Status.DISABLED, blocked
+        return bool(blocked)
 
     def _activate(self, plugin: object, status: PluginStatus) -> None:
         name = status.name
         try:
             self._guarded(status, self._validate_and_register, plugin, name)
+            status.hooks = sorted(caller.name for caller in self._manager.get_hookcallers(plugin) or ())
             reason = self._guarded(status, self._call, name, "unavailable_reason")
             if reason:
-                status.status, status.reason = Status.UNAVAILABLE, str(reason)
-                self._manager.unregister(name=name)
-                return
-            specs: list[ExecutorSpec] = []
-            ops: list[AtenOp] = []
-            claims: list[Claim] = []
-            self._guarded(status, self._call, name, "register_executors", register=specs.append)
-            self._guarded(status, self._call, name, "register_aten_ops", register=ops.append)
-            self._guarded(status, self._call, name, "register_claims", register=claims.append)
+                self._skip(status, Status.UNAVAILABLE, str(reason))
+            specs: list[ExecutorSpec] = self._collect(status, "register_executors", ExecutorSpec)
+            ops: list[AtenOp] = self._collect(status, "register_aten_ops", AtenOp)
+            claims: list[Any] = self._collect(status, "register_claims", CLAIM_TYPES)
             specs += self._guarded(status, _claim_executor_specs, [c for c in claims if c.stage != Stage.FUSION])
+            specs = self._available(status, specs, offers_more=bool(ops or claims))
+            self._check_conflicts(status, specs, ops)
         except _PluginSkipped:
             if self._manager.has_plugin(name):
                 self._manager.unregister(name=name)
@@ -153,100 +210,194 @@ class PluginHost:
         results = self._manager.subset_hook_caller(hook_name, remove_plugins=others)(**kwargs)
         return next((r for r in results if r is not None), None)
 
-    def _guarded(self, status: PluginStatus, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _collect(self, status: PluginStatus, hook_name: str, expected: type | tuple[type, ...]) -> list[Any]:
+        """Call ``hook_name`` with a ``register`` that refuses anything but ``expected``."""
+        collected: list[Any] = []
+        names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+
+        def register(item: Any) -> None:
+            if not isinstance(item, expected):
+                raise InvalidRegistrationError(
+                    f"{hook_name} called register({item!r}), a {type(item).__name__}; it takes {names}"
+                )
+            collected.append(item)
+
+        self._guarded(status, self._call, status.name, hook_name, register=register)
+        return collected
+
+    def _available(self, status: PluginStatus, specs: list[ExecutorSpec], *, offers_more: bool) -> list[ExecutorSpec]:
+        """Drop the specs whose own ``unavailable_reason`` says no; a plugin left with nothing is unavailable."""
+        available = []
+        for spec in specs:
+            reason = self._guarded(status, spec.unavailable_reason) if spec.unavailable_reason else None
+            if reason:
+                status.unavailable_executors[spec.name] = str(reason)
+            else:
+                available.append(spec)
+        if specs and not available and not offers_more:
+            self._skip(status, Status.UNAVAILABLE, "; ".join(f"{n}: {r}" for n, r in status.unavailable_executors.items()))
+        return available
+
+    def _check_conflicts(self, status: PluginStatus, specs: list[ExecutorSpec], ops: list[AtenOp]) -> None:
+        """The first plugin to provide a name keeps it (defaults, then entry points by name); a later one is skipped."""
+        for spec in specs:
+            owner = self.provider_of(spec.name)
+            if owner is not None:
+                self._conflict(status, f"executor {spec.name!r}", owner)
+        taken = {op.overload: owner for owner, owned in self._aten_ops.items() for op in owned}
+        for op in ops:
+            if op.overload in taken:
+                self._conflict(status, f"ATen overload {op.qualified_name}", taken[op.overload])
+
+    def _conflict(self, status: PluginStatus, what: str, owner: str) -> None:
+        message = (
+            f"{what} is provided by plugin {self._statuses[owner].provider} and by plugin {status.provider}; "
+            f"{status.name!r} is skipped (uninstall one, or set {settings.DISABLE}={status.name})"
+        )
+        if self.strict:
+            raise DuplicateRegistrationError(message)
+        self._skip(status, Status.CONFLICT, message)
+
+    def _skip(self, status: PluginStatus, outcome: Status, reason: str) -> None:
+        status.status, status.reason = outcome, reason
+        log.info("thunderplug plugin %s is %s: %s", status.name, outcome.value, reason)
+        raise _PluginSkipped
+
+    def _guarded(self, status: PluginStatus, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn``; on error record the plugin's status and raise :class:`_PluginSkipped`."""
         try:
             return fn(*args, **kwargs)
         except (ImportError, OSError) as error:
-            outcome = Status.UNAVAILABLE
-            caught = error
-        except pluggy.PluginValidationError as error:
-            outcome = Status.INVALID
-            caught = error
+            outcome, caught = Status.UNAVAILABLE, error
+        except (pluggy.PluginValidationError, InvalidRegistrationError) as error:
+            outcome, caught = Status.INVALID, error
         except Exception as error:  # noqa: BLE001 - a plugin must never take the others down
-            outcome = Status.FAILED
-            caught = error
+            outcome, caught = Status.FAILED, error
         if self.strict:
             raise caught
         status.status, status.reason = outcome, f"{type(caught).__name__}: {caught}"
         log.info("thunderplug plugin %s is %s: %s", status.name, outcome.value, status.reason)
         raise _PluginSkipped from caught
 
+    def _warn_unknown_names(self) -> None:
+        known = sorted(self._statuses)
+        for variable in (settings.PLUGINS, settings.DISABLE):
+            for name in sorted((settings.names(self._environ, variable) or frozenset()) - set(known)):
+                warn_once(
+                    (variable, name),
+                    f"{variable} names {name!r}, which is not an installed thunderplug plugin "
+                    f"(installed: {', '.join(known)}); see `thunderplug plugins`",
+                    stacklevel=5,
+                )
+
     # -- results ---------------------------------------------------------------------------
 
     def report(self) -> list[PluginStatus]:
-        """The status of every plugin seen, sorted by name."""
+        """The status of every plugin seen: thunderplug's own first, then by name."""
         self._load()
-        return sorted(self._statuses.values(), key=lambda s: s.name)
+        with self._lock:
+            return sorted(self._statuses.values(), key=lambda s: (not s.builtin, s.name))
 
     def aten_ops(self) -> list[AtenOp]:
-        """All ATen overloads registered by active plugins; a duplicate is an error naming both."""
+        """All ATen overloads registered by active plugins (conflicting plugins were skipped at load)."""
         self._load()
-        providers: dict[Any, str] = {}
-        ops: list[AtenOp] = []
-        for plugin_name in sorted(self._aten_ops):
-            for op in self._aten_ops[plugin_name]:
-                if op.overload in providers:
-                    raise DuplicateRegistrationError(
-                        f"ATen overload {op.qualified_name} is registered by plugins "
-                        f"{providers[op.overload]!r} and {plugin_name!r}; disable one of them"
-                    )
-                providers[op.overload] = plugin_name
-                ops.append(op)
-        return ops
+        with self._lock:
+            return [op for name in sorted(self._aten_ops) for op in self._aten_ops[name]]
 
-    def fusion_claims(self) -> list[Claim]:
+    def fusion_claims(self) -> list[Any]:
         """Restrictions active plugins put on fusion executors (``Stage.FUSION`` claims)."""
         self._load()
-        return [claim for name in sorted(self._fusion_claims) for claim in self._fusion_claims[name]]
+        with self._lock:
+            return [claim for name in sorted(self._fusion_claims) for claim in self._fusion_claims[name]]
 
     def executor_specs(self, *, only: Iterable[str] | None = None, exclude: Iterable[str] = ()) -> list[ExecutorSpec]:
         """Selected executor specs in precedence order: priority (high first), then name.
 
-        ``only``/``exclude`` match plugin names or executor names.
+        ``only`` and ``exclude`` match plugin names or executor names; ``only`` chooses among
+        installed plugins, thunderplug's own stay unless excluded.
         """
         self._load()
         only_set = None if only is None else set(only)
         exclude_set = set(exclude)
-        chosen: dict[str, tuple[ExecutorSpec, str]] = {}
-        for plugin_name in sorted(self._executor_specs):
-            for spec in self._executor_specs[plugin_name]:
-                keys = {plugin_name, spec.name}
-                if (only_set is not None and not keys & only_set) or keys & exclude_set:
-                    continue
-                if spec.name in chosen:
-                    first = chosen[spec.name][1]
-                    raise DuplicateRegistrationError(
-                        f"executor {spec.name!r} is provided by more than one plugin:\n"
-                        f"  - {first} ({self._statuses[first].distribution or 'no distribution'})\n"
-                        f"  - {plugin_name} ({self._statuses[plugin_name].distribution or 'no distribution'})"
-                    )
-                chosen[spec.name] = (spec, plugin_name)
-        return sorted((spec for spec, _ in chosen.values()), key=lambda spec: (-spec.priority, spec.name))
+        chosen: list[ExecutorSpec] = []
+        with self._lock:
+            for plugin_name, specs in self._executor_specs.items():
+                for spec in specs:
+                    keys = {plugin_name, spec.name}
+                    selected = only_set is None or bool(keys & only_set) or self._statuses[plugin_name].builtin
+                    if selected and not keys & exclude_set:
+                        chosen.append(spec)
+        return sorted(chosen, key=lambda spec: (-spec.priority, spec.name))
 
     def provider_of(self, executor_name: str) -> str | None:
-        for plugin_name, specs in self._executor_specs.items():
-            if any(spec.name == executor_name for spec in specs):
-                return plugin_name
+        """The name of the active plugin that registered ``executor_name``."""
+        with self._lock:
+            for plugin_name, specs in self._executor_specs.items():
+                if any(spec.name == executor_name for spec in specs):
+                    return plugin_name
         return None
 
+    def build(self, spec: ExecutorSpec) -> Any | None:
+        """The executor ``spec.factory()`` builds (once per host), or ``None`` if building failed,
+        in which case its plugin is marked ``failed`` or ``invalid`` (strict mode re-raises)."""
+        from thunder.extend import Executor
+
+        with self._lock:
+            if spec in self._built:
+                return self._built[spec]
+            plugin_name = self.provider_of(spec.name) or spec.name
+            try:
+                executor = spec.factory()
+                if not isinstance(executor, Executor):
+                    raise InvalidRegistrationError(
+                        f"the factory of executor {spec.name!r} returned {executor!r}, a {type(executor).__name__}, "
+                        "not a thunder.extend.Executor"
+                    )
+            except Exception as error:  # noqa: BLE001 - one broken executor must not take down the others
+                if self.strict:
+                    raise
+                self.mark_failed(plugin_name, error)
+                return None
+            self._built[spec] = executor
+            return executor
+
     def mark_failed(self, plugin_name: str, error: BaseException) -> None:
-        """Record that building one of the plugin's executors failed; drop its registrations."""
-        status = self._statuses[plugin_name]
-        status.status, status.reason = Status.FAILED, f"{type(error).__name__}: {error}"
-        self._executor_specs.pop(plugin_name, None)
-        self._aten_ops.pop(plugin_name, None)
-        log.info("thunderplug plugin %s failed: %s", plugin_name, status.reason)
+        """Record that building one of the plugin's executors failed; drop everything it registered."""
+        with self._lock:
+            status = self._statuses[plugin_name]
+            outcome = Status.INVALID if isinstance(error, InvalidRegistrationError) else Status.FAILED
+            status.status, status.reason = outcome, f"{type(error).__name__}: {error}"
+            for spec in self._executor_specs.pop(plugin_name, ()):
+                self._built.pop(spec, None)
+            self._aten_ops.pop(plugin_name, None)
+            self._fusion_claims.pop(plugin_name, None)
+            status.executors = []
+            log.info("thunderplug plugin %s is %s: %s", plugin_name, outcome.value, status.reason)
+
+    def warn_inactive(self, *, quiet: bool = False) -> None:
+        """One warning per process for each plugin that is not active (disabled ones were chosen)."""
+        if quiet or self.quiet:
+            return
+        for status in self.report():
+            if status.status in (Status.ACTIVE, Status.DISABLED):
+                continue
+            warn_once(
+                ("plugin", status.name, status.status, status.reason),
+                f"thunderplug plugin {status.provider} was skipped ({status.status.value}): {status.reason}. "
+                "Its executors are not in discover()'s list; `thunderplug plugins` shows every plugin. "
+                f"{settings.QUIET}=1 or discover(quiet=True) silences this.",
+                stacklevel=5,
+            )
 
 
-def _claim_executor_specs(claims: list[Claim]) -> list[ExecutorSpec]:
-    """One executor per ``Claim.executor`` name, built (importing thunder) only when selected."""
-    by_executor: dict[str, list[Claim]] = {}
+def _claim_executor_specs(claims: list[Any]) -> list[ExecutorSpec]:
+    """One executor per claim ``executor`` name, built (importing thunder) only when selected."""
+    by_executor: dict[str, list[Any]] = {}
     for claim in claims:
         by_executor.setdefault(claim.executor, []).append(claim)
 
-    def factory(name: str, grouped: list[Claim]):
-        def build():
+    def factory(name: str, grouped: list[Any]) -> Callable[[], Any]:
+        def build() -> Any:
             from thunderplug.claims import claim_executor
 
             return claim_executor(name, grouped)
@@ -254,17 +405,26 @@ def _claim_executor_specs(claims: list[Claim]) -> list[ExecutorSpec]:
         return build
 
     return [
-        ExecutorSpec(name, factory(name, grouped), max(c.priority for c in grouped), "claims: " + ", ".join(str(c.target) for c in grouped))
+        ExecutorSpec(
+            name,
+            factory(name, grouped),
+            max(c.priority for c in grouped),
+            "claims: " + ", ".join(str(c.target) for c in grouped),
+        )
         for name, grouped in by_executor.items()
     ]
 
 
 _default_host: PluginHost | None = None
+_default_host_lock = threading.Lock()
 
 
 def default_host() -> PluginHost:
-    """The process-wide host that ``discover()`` and ``report()`` use."""
+    """The process-wide host that ``discover()`` and ``report()`` use (loaded once, whichever thread asks first)."""
     global _default_host
-    if _default_host is None:
-        _default_host = PluginHost()
-    return _default_host
+    with _default_host_lock:
+        if _default_host is None:
+            _default_host = PluginHost()
+        host = _default_host
+    host._load()
+    return host

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class Status(str, Enum):
     ACTIVE = "active"  #: loaded, available, hooks ran
     DISABLED = "disabled"  #: blocked by THUNDERPLUG_PLUGINS / THUNDERPLUG_DISABLE; never imported
     UNAVAILABLE = "unavailable"  #: cannot run here (missing package or shared library, no CUDA)
-    INVALID = "invalid"  #: not a valid plugin (e.g. a misspelled hook name)
+    INVALID = "invalid"  #: not a valid plugin (a misspelled hook, a registration of the wrong type)
     FAILED = "failed"  #: a hook or executor factory raised
+    CONFLICT = "conflict"  #: registers a name an earlier plugin already provides; skipped
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -21,10 +26,24 @@ class PluginStatus:
     reason: str | None = None
     distribution: str | None = None
     version: str | None = None
+    #: where the hooks live: ``package.module`` (entry point value) or ``module:Class``
+    module: str | None = None
+    #: hook names this plugin implements
+    hooks: list[str] = field(default_factory=list)
     executors: list[str] = field(default_factory=list)
+    #: executors the plugin offers that cannot run here, with the reason
+    unavailable_executors: dict[str, str] = field(default_factory=dict)
     aten_ops: int = 0
+    #: registered by thunderplug itself (DEFAULT_PLUGINS), not through an entry point
+    builtin: bool = False
 
-    def to_json(self) -> dict:
+    @property
+    def provider(self) -> str:
+        """``name (distribution version)``, how messages name a plugin."""
+        dist = " ".join(part for part in (self.distribution, self.version) if part) or "no distribution"
+        return f"{self.name!r} ({dist})"
+
+    def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         record["status"] = self.status.value
         return record
@@ -32,7 +51,7 @@ class PluginStatus:
 
 def format_table(statuses: list[PluginStatus]) -> str:
     """A plain-text table, one plugin per row, for terminals and logs."""
-    headers = ("name", "distribution", "version", "status", "executors", "reason")
+    headers = ("name", "distribution", "version", "status", "executors", "hooks", "module", "reason")
     rows = [
         (
             s.name,
@@ -40,7 +59,9 @@ def format_table(statuses: list[PluginStatus]) -> str:
             s.version or "-",
             s.status.value,
             ",".join(s.executors) or "-",
-            s.reason or "",
+            ",".join(s.hooks) or "-",
+            s.module or "-",
+            _reason(s),
         )
         for s in statuses
     ]
@@ -48,3 +69,9 @@ def format_table(statuses: list[PluginStatus]) -> str:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def _reason(status: PluginStatus) -> str:
+    if status.reason:
+        return status.reason
+    return "; ".join(f"{name} unavailable: {why}" for name, why in status.unavailable_executors.items())

@@ -7,12 +7,12 @@ from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
 from thunderplug import PluginHost, Status
-from thunderplug_nvfuser import fallback_hooks, hooks
+from thunderplug_nvfuser import hooks
 from thunderplug_nvfuser.cpu_fallback import touches_float8
 
 
 def test_nvfuser_says_why_it_is_unavailable_here():
-    reason = hooks.unavailable_reason()
+    reason = hooks.nvfuser_unavailable_reason()
     if reason is None:
         pytest.skip("CUDA and nvFuser are present")
     assert "CUDA" in reason or "nvfuser" in reason
@@ -20,8 +20,8 @@ def test_nvfuser_says_why_it_is_unavailable_here():
 
 @pytest.mark.requires_cuda
 def test_nvfuser_fuses_the_unrolled_subclass_ops_on_cuda():
-    if hooks.unavailable_reason():
-        pytest.skip(hooks.unavailable_reason())
+    if hooks.nvfuser_unavailable_reason():
+        pytest.skip(hooks.nvfuser_unavailable_reason())
     x = TwoTensor(torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda"))
     jitted = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover())
     out = jitted(x)
@@ -29,17 +29,20 @@ def test_nvfuser_fuses_the_unrolled_subclass_ops_on_cuda():
     assert "nvFusion" in str(thunder.last_traces(jitted)[-1])
 
 
-def test_cpu_fallback_is_opt_in_and_discover_picks_it(monkeypatch):
-    if hooks.unavailable_reason() is None:
+def test_one_entry_point_each_executor_says_whether_it_runs_here(monkeypatch):
+    if hooks.nvfuser_unavailable_reason() is None:
         pytest.skip("nvFuser is available: no fallback")
     monkeypatch.delenv("THUNDERPLUG_CPU_FUSION", raising=False)
-    off = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser_cpu_fallback"]
-    assert off.status is Status.UNAVAILABLE and "THUNDERPLUG_CPU_FUSION" in off.reason
+    off = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser"]
+    assert off.status is Status.UNAVAILABLE
+    assert set(off.unavailable_executors) == {"nvfuser", "torchcompile_no_fp8"}
+    assert "THUNDERPLUG_CPU_FUSION" in off.unavailable_executors["torchcompile_no_fp8"]
+    assert hooks.nvfuser_unavailable_reason() in off.reason
 
-    host = PluginHost(environ={"THUNDERPLUG_CPU_FUSION": "1"})
-    monkeypatch.setenv("THUNDERPLUG_CPU_FUSION", "1")
-    assert fallback_hooks.unavailable_reason() is None
-    names = [ex.name for ex in thunderplug.discover(host=host)]
+    monkeypatch.setenv("THUNDERPLUG_CPU_FUSION", "yes")
+    on = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser"]
+    assert (on.status, on.executors, list(on.unavailable_executors)) == (Status.ACTIVE, ["torchcompile_no_fp8"], ["nvfuser"])
+    names = [ex.name for ex in thunderplug.discover(host=PluginHost(environ={}))]
     assert names.index("torchcompile_no_fp8") < names.index("aten")
 
 

@@ -1,20 +1,40 @@
-"""Entry point of the nvFuser plugin: thunder's nvFuser executor, when CUDA and nvFuser are present."""
+"""Entry point of the nvFuser plugin: one fusion executor for whichever machine this is.
+
+* ``nvfuser``: thunder's nvFuser executor, where CUDA and nvFuser are present;
+* ``torchcompile_no_fp8``: elsewhere, thunder's torch.compile fuser with float8 operations kept
+  out of it (``cpu_fallback``), opt-in with ``THUNDERPLUG_CPU_FUSION=1``: on CPU an inductor region
+  costs more per call than it saves on small programs (benchmarks/overhead.py: ``x + 1`` took 1.9x
+  the time of plain thunder.jit with it), and float8 work stays out of it anyway.
+
+Each executor says for itself whether it can run here (``ExecutorSpec.unavailable_reason``).
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from thunderplug import ExecutorSpec, Priority, hookimpl
 from thunderplug.availability import cuda_unavailable_reason
+from thunderplug.settings import flag
+
+CPU_FUSION = "THUNDERPLUG_CPU_FUSION"
 
 
-@hookimpl
-def unavailable_reason() -> str | None:
+def nvfuser_unavailable_reason() -> str | None:
     cuda = cuda_unavailable_reason()
     if cuda:
         return cuda
     if importlib.util.find_spec("nvfuser_direct") is None and importlib.util.find_spec("nvfuser") is None:
         return "package 'nvfuser' is not installed (pip install --pre 'thunderplug-nvfuser[nvfuser]'; Python 3.10/3.12 wheels only)"
+    return None
+
+
+def fallback_unavailable_reason() -> str | None:
+    if nvfuser_unavailable_reason() is None:
+        return "not needed: nvFuser is available"
+    if not flag(os.environ, CPU_FUSION):
+        return f"opt-in: set {CPU_FUSION}=1 to fuse with torch.compile where nvFuser is unavailable"
     return None
 
 
@@ -27,6 +47,29 @@ def _nvfuser_executor():
     return executor
 
 
+def _fallback_executor():
+    from thunderplug_nvfuser import cpu_fallback
+
+    return cpu_fallback.build_executor()
+
+
 @hookimpl
 def register_executors(register) -> None:
-    register(ExecutorSpec("nvfuser", _nvfuser_executor, Priority.FUSER, "thunder's nvFuser fusion executor"))
+    register(
+        ExecutorSpec(
+            "nvfuser",
+            _nvfuser_executor,
+            Priority.FUSER,
+            "thunder's nvFuser fusion executor",
+            unavailable_reason=nvfuser_unavailable_reason,
+        )
+    )
+    register(
+        ExecutorSpec(
+            "torchcompile_no_fp8",  # cpu_fallback.NAME, without importing thunder
+            _fallback_executor,
+            Priority.FUSER,
+            "thunder's torch.compile fuser without float8 operations (inductor crashes on them on CPU in torch 2.9.1)",
+            unavailable_reason=fallback_unavailable_reason,
+        )
+    )
