@@ -28,11 +28,11 @@ def test_readme_example_plugin_is_discovered_and_used(fake_dists):
     fake_dists.add("hello", example_source(), module="hello_thunderplug")
     host = PluginHost(environ={})
     status = {s.name: s for s in host.report()}["hello"]
-    assert (status.status, status.executors) == (Status.ACTIVE, ["hello_gelu"])
+    assert (status.status, status.executors) == (Status.ACTIVE, ["hello_silu"])
 
     executors = thunderplug.discover(host=host)
-    assert "hello_gelu" in [ex.name for ex in executors]
-    jitted = thunder.jit(lambda x: torch.nn.functional.gelu(x) * 2, executors=executors)
+    assert "hello_silu" in [ex.name for ex in executors]
+    jitted = thunder.jit(lambda x: torch.nn.functional.silu(x) * 2, executors=executors)
     x = torch.randn(4, 8)
-    torch.testing.assert_close(jitted(x), torch.nn.functional.gelu(x) * 2)
+    torch.testing.assert_close(jitted(x), torch.nn.functional.silu(x) * 2)
     assert importlib.import_module("hello_thunderplug").calls == 1

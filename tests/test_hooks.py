@@ -67,12 +67,16 @@ def test_decomposition_metadata_is_checked_against_torch(register_plugin):
         jitted(torch.randn(2, 3))
 
 
-def test_same_overload_from_two_plugins_is_an_error(register_plugin):
+def test_same_overload_from_a_second_plugin_skips_only_that_plugin(register_plugin):
     class AddAgain:
         @hookimpl
         def register_aten_ops(self, register):
-            register(AtenOp(torch.ops.aten.add.Tensor, lambda a, b, alpha=1: prims.add(a, b)))
+            register(AtenOp(torch.ops.aten.add.Tensor, lambda a, b, alpha=1: prims.mul(a, b)))
 
-    register_plugin(AddAgain(), "add_again")
-    with pytest.raises(thunderplug.DuplicateRegistrationError, match="'add_again' and 'aten_ops'|'aten_ops' and 'add_again'"):
-        thunderplug.discover()
+    status = register_plugin(AddAgain(), "add_again")
+    assert status.status is thunderplug.Status.CONFLICT
+    assert "torch.ops.aten.add.Tensor" in status.reason and "'aten_ops' (thunderplug-aten" in status.reason
+    assert "'add_again'" in status.reason
+    jitted = thunder.jit(lambda x: torch.ops.aten.add.Tensor(x, x), executors=thunderplug.discover(quiet=True))
+    x = torch.randn(3)
+    torch.testing.assert_close(jitted(x), x + x)  # aten_ops' add, not the conflicting one

@@ -12,16 +12,29 @@ from thunderplug.discovery import DuplicateRegistrationError, InvalidRegistratio
 from thunderplug.hookspecs import hookimpl
 from thunderplug.notices import RecompileWarning, ThunderplugWarning
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import AtenOp, Claim, ExecutorSpec, Priority, Stage
+from thunderplug.specs import (
+    AtenKernelClaim,
+    AtenOp,
+    Claim,
+    ExecutorSpec,
+    FunctionClaim,
+    FusionFilter,
+    Priority,
+    Stage,
+    SubclassOpClaim,
+)
 
 if TYPE_CHECKING:
     from thunder.extend import Executor
 
 __all__ = [
+    "AtenKernelClaim",
     "AtenOp",
     "Claim",
     "DuplicateRegistrationError",
     "ExecutorSpec",
+    "FunctionClaim",
+    "FusionFilter",
     "InvalidRegistrationError",
     "PluginHost",
     "PluginStatus",
@@ -29,6 +42,7 @@ __all__ = [
     "RecompileWarning",
     "Stage",
     "Status",
+    "SubclassOpClaim",
     "ThunderplugWarning",
     "discover",
     "hookimpl",
