@@ -210,6 +210,7 @@ class _Kernels:
             and not dtypes.is_float_dtype(target.dtype)  # class indices, not probabilities
             and target.ndim == a.ndim - 1
             and _plain(weight)
+            and (weight is None or not weight.requires_grad)  # eager raises; thunder's own rule decides
             and size_average is None
             and reduce is None
             and reduction in _REDUCTIONS

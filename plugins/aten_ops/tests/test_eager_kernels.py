@@ -1,0 +1,235 @@
+"""The ``eager_kernels`` executor against eager PyTorch: every claimed op, forward and backward, in
+float32 and float64, with contiguous and non-contiguous output gradients, compared **bit for bit**
+(``torch.equal``): the executor's point is to run the very kernels eager's autograd runs.
+
+Cases the executor declines (softmax with a dtype cast, label smoothing, SDPA with a mask or
+dropout) are checked to fall back to thunder's decomposition, still equal to eager within
+``assert_close``'s defaults, and with no eager kernel in the trace.
+"""
+
+from __future__ import annotations
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+
+import thunderplug
+from thunderplug_aten_ops import eager_kernels
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def _executors(with_eager: bool = True) -> list:
+    found = thunderplug.discover()
+    return found if with_eager else [e for e in found if e.name != eager_kernels.EXECUTOR_NAME]
+
+
+def _kernels_in(jitted) -> list[str]:
+    traces = [thunder.last_traces(jitted)[-1]]
+    backward = thunder.last_backward_traces(jitted)
+    if backward:
+        traces.append(backward[-1])
+    return [b.sym.name for t in traces for b in t.bound_symbols if b.sym.name.startswith("eager_")]
+
+
+def _cotangent(out: torch.Tensor, contiguous: bool) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1)
+    if contiguous or out.ndim == 0:
+        return torch.randn(out.shape, dtype=out.dtype, generator=generator)
+    # same values layout-wise as a fresh tensor, but strided: a transposed copy viewed back
+    flipped = torch.randn(tuple(reversed(out.shape)), dtype=out.dtype, generator=generator)
+    g = flipped.permute(*reversed(range(out.ndim)))
+    assert not g.is_contiguous() or out.ndim < 2
+    return g
+
+
+class Frozen:
+    """An argument passed without ``requires_grad`` (eager refuses a gradient for it, e.g. a loss weight)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _run(fn, args, *, contiguous_grad: bool, executors=None):
+    """(eager outputs, eager grads, jitted outputs, jitted grads, jitted callable); every floating
+    argument requires grad unless wrapped in :class:`Frozen`."""
+
+    def fresh():
+        return [
+            a.tensor.clone() if isinstance(a, Frozen) else a.detach().clone().requires_grad_(a.is_floating_point())
+            for a in args
+        ]
+
+    e_in, t_in = fresh(), fresh()
+    jitted = thunder.jit(fn, executors=executors if executors is not None else _executors())
+    e_out, t_out = fn(*e_in), jitted(*t_in)
+    g = _cotangent(e_out, contiguous_grad)
+    e_grads = torch.autograd.grad(e_out, [a for a in e_in if a.requires_grad], g)
+    t_grads = torch.autograd.grad(t_out, [a for a in t_in if a.requires_grad], g)
+    return e_out, e_grads, t_out, t_grads, jitted
+
+
+def _gelu(x):
+    return F.gelu(x)
+
+
+def _gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+
+def _layer_norm_no_affine(x):
+    return F.layer_norm(x, (x.shape[-2], x.shape[-1]))
+
+
+def _softmax(x):
+    return F.softmax(x, dim=-1)
+
+
+def _softmax_dim1(x):
+    return torch.softmax(x, 1)
+
+
+def _log_softmax(x):
+    return F.log_softmax(x, dim=-1)
+
+
+def _cross_entropy(logits, target):
+    return F.cross_entropy(logits, target)
+
+
+def _cross_entropy_sum_ignore(logits, target):
+    return F.cross_entropy(logits, target, reduction="sum", ignore_index=3)
+
+
+def _cross_entropy_none_weight(logits, target, weight):
+    return F.cross_entropy(logits, target, weight=weight, reduction="none")
+
+
+def _sdpa_causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _sdpa_scaled(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, scale=0.3)
+
+
+def _sdpa_strided(q, k, v):
+    # q/k/v as views of (b, t, h, d) projections, the way an attention block builds them
+    split = lambda y: y.transpose(1, 2)  # noqa: E731
+    return F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True).transpose(1, 2)
+
+
+def _cases(dtype):
+    g = torch.Generator().manual_seed(0)
+    r = lambda *shape: torch.randn(*shape, dtype=dtype, generator=g)  # noqa: E731
+    target = torch.randint(0, 10, (24,), generator=g)
+    qkv = [r(2, 3, 16, 8) for _ in range(3)]
+    return {
+        "gelu": (_gelu, [r(4, 16, 32)], ["eager_gelu", "eager_gelu_backward"]),
+        "gelu_tanh": (_gelu_tanh, [r(4, 16, 32)], ["eager_gelu", "eager_gelu_backward"]),
+        "layer_norm": (_layer_norm, [r(4, 16, 32), r(32), r(32)],
+                       ["eager_native_layer_norm", "eager_native_layer_norm_backward"]),
+        "layer_norm_no_affine": (_layer_norm_no_affine, [r(4, 16, 32)],
+                                 ["eager_native_layer_norm", "eager_native_layer_norm_backward"]),
+        "softmax": (_softmax, [r(4, 16, 32)], ["eager_softmax", "eager_softmax_backward_data"]),
+        "softmax_dim1": (_softmax_dim1, [r(4, 16, 32)], ["eager_softmax", "eager_softmax_backward_data"]),
+        "log_softmax": (_log_softmax, [r(4, 16, 32)], ["eager_log_softmax", "eager_log_softmax_backward_data"]),
+        "cross_entropy": (_cross_entropy, [r(24, 10), target],
+                          ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
+                           "eager_log_softmax_backward_data"]),
+        "cross_entropy_sum_ignore": (_cross_entropy_sum_ignore, [r(24, 10), target],
+                                     ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
+                                      "eager_log_softmax_backward_data"]),
+        "cross_entropy_none_weight": (_cross_entropy_none_weight, [r(24, 10), target, Frozen(r(10).abs())],
+                                      ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
+                                       "eager_log_softmax_backward_data"]),
+        "sdpa_causal": (_sdpa_causal, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
+        "sdpa_scaled": (_sdpa_scaled, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
+        "sdpa_strided": (_sdpa_strided, [r(2, 16, 3, 8) for _ in range(3)],
+                         ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
+    }
+
+
+CASE_NAMES = list(_cases(torch.float32))
+
+
+@pytest.mark.parametrize("contiguous_grad", [True, False], ids=["grad", "strided_grad"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_bit_identical_to_eager(case, dtype, contiguous_grad):
+    fn, args, kernels = _cases(dtype)[case]
+    e_out, e_grads, t_out, t_grads, jitted = _run(fn, args, contiguous_grad=contiguous_grad)
+    assert _kernels_in(jitted) == kernels
+    assert t_out.dtype == e_out.dtype and t_out.shape == e_out.shape
+    assert torch.equal(t_out, e_out)
+    assert len(t_grads) == len(e_grads)
+    for t, e in zip(t_grads, e_grads):
+        assert torch.equal(t, e), f"gradient differs: max abs {(t - e).abs().max().item():.3g}"
+
+
+@pytest.mark.parametrize("case", ["gelu", "layer_norm", "cross_entropy", "sdpa_causal"])
+def test_no_grad_runs_the_forward_kernel_only(case):
+    fn, args, kernels = _cases(torch.float32)[case]
+    args = [a.tensor if isinstance(a, Frozen) else a for a in args]
+    jitted = thunder.jit(fn, executors=_executors())
+    expected = fn(*args)
+    assert torch.equal(jitted(*args), expected)
+    assert _kernels_in(jitted) == [k for k in kernels if "backward" not in k]
+
+
+def test_thunders_decomposition_differs_without_the_executor():
+    """What the executor fixes (issue 12 item 6): thunder's own GELU gradient is not eager's."""
+    x = torch.randn(1024, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
+    e_out, e_grads, t_out, t_grads, jitted = _run(_gelu, [x], contiguous_grad=True, executors=_executors(False))
+    assert _kernels_in(jitted) == []
+    torch.testing.assert_close(t_grads[0], e_grads[0])
+    assert not torch.equal(t_grads[0], e_grads[0]) or not torch.equal(t_out, e_out)
+
+
+def _softmax_cast(x):
+    return F.softmax(x, dim=-1, dtype=torch.float64)
+
+
+def _cross_entropy_smoothing(logits, target):
+    return F.cross_entropy(logits, target, label_smoothing=0.1)
+
+
+def _cross_entropy_3d(logits, target):
+    return F.cross_entropy(logits, target)
+
+
+def _sdpa_mask(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_softmax_cast, lambda r: [r(4, 8).float()]),
+        (_cross_entropy_smoothing, lambda r: [r(12, 5), torch.randint(0, 5, (12,))]),
+        (_cross_entropy_3d, lambda r: [r(3, 5, 4), torch.randint(0, 5, (3, 4))]),
+        (_sdpa_mask, lambda r: [r(2, 3, 8, 4), r(2, 3, 8, 4), r(2, 3, 8, 4), r(8, 8)]),
+    ],
+    ids=["softmax_dtype", "label_smoothing", "cross_entropy_3d", "sdpa_mask"],
+)
+def test_declined_cases_stay_thunders_and_match_eager(fn, make):
+    torch.manual_seed(0)
+    args = make(lambda *shape: torch.randn(*shape, dtype=torch.float64))
+    e_out, e_grads, t_out, t_grads, jitted = _run(fn, args, contiguous_grad=True)
+    assert not any(k.startswith(("eager_softmax", "eager_nll", "eager_sdpa")) for k in _kernels_in(jitted))
+    torch.testing.assert_close(t_out, e_out)
+    for t, e in zip(t_grads, e_grads):
+        torch.testing.assert_close(t, e)
+
+
+def test_executor_is_in_discover_before_the_fusers_and_can_be_excluded():
+    names = [e.name for e in _executors()]
+    assert eager_kernels.EXECUTOR_NAME in names
+    assert names.index(eager_kernels.EXECUTOR_NAME) < names.index("aten")
+    found = thunderplug.discover(exclude=[eager_kernels.EXECUTOR_NAME])
+    assert eager_kernels.EXECUTOR_NAME not in [e.name for e in found]
