@@ -50,6 +50,10 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
+from thunderplug import recipe as _recipe  # noqa: E402 - imports thunder, after the light names above
+
+_recipe.register()  # thunder.compile(model, recipe="thunderplug") and plugins="thunderplug"
+
 
 def discover(
     *,
