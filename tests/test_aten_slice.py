@@ -5,6 +5,7 @@ import thunder
 import torch
 
 import thunderplug
+from thunderplug.aten import DataDependentShapeError
 
 aten = torch.ops.aten
 
@@ -55,14 +56,16 @@ def test_inference_runs_each_overload_as_itself():
     assert "aten_mm_default(" in final and "aten_sum_dim_IntList(" in final
 
 
-def test_unregistered_overload_error_names_it_and_the_source_line():
-    def uses_unregistered(x):
-        return aten.special_bessel_j0.default(x)
+def test_data_dependent_shape_error_says_why_and_what_to_do():
+    """nonzero (and argwhere, which make_fx and dispatch turn into it) cannot have a static shape."""
 
-    jitted = thunder.jit(uses_unregistered, executors=thunderplug.discover())
-    with pytest.raises(NotImplementedError) as error:
+    def uses_nonzero(x):
+        return aten.nonzero.default(x)
+
+    jitted = thunder.jit(uses_nonzero, executors=thunderplug.discover())
+    with pytest.raises(DataDependentShapeError) as error:
         jitted(torch.randn(3))
     message = str(error.value)
-    assert "torch.ops.aten.special_bessel_j0.default" in message
+    assert "torch.ops.aten.nonzero.default" in message and "data-dependent output shape" in message
+    assert "static shapes" in message and "outside the jitted function" in message and "mask" in message
     assert "test_aten_slice.py" in message
-    assert "register_aten_ops" in message

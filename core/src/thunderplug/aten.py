@@ -2,33 +2,55 @@
 
 Plugins supply the op knowledge (:class:`~thunderplug.specs.AtenOp`: a decomposition into
 thunder prims/clang); this module turns it into symbols, checks every decomposition's output
-metadata against torch's own meta kernels, and resolves ``torch.ops.aten`` calls made inside
+metadata against torch's own meta kernels, and resolves ``torch.ops`` calls made inside
 ``thunder.jit`` (packet or overload form) to those symbols.
+
+An overload no plugin registered, of any namespace (aten, prims, quantized, custom
+``torch.library`` ops, ...), becomes a *fallback* symbol: its output metadata comes from the op's
+own fake/meta kernel under FakeTensorMode, it runs as the op itself, and its gradient is what
+torch's autograd does for the op, traced on fakes under make_fx (the mechanism of the subclass
+ops). Registered decompositions stay preferred: they are fusible and visible to thunder.
+
+Gradients follow eager PyTorch: integer and bool outputs never carry one; an op whose
+floating-point output has no derivative raises :class:`NotDifferentiableError` only when a
+gradient really flows into that output (thunder skips the backward of outputs whose cotangent is
+``None``), naming the op and the user's line.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from thunder.core import dtypes
+from thunder import clang
+from thunder.core import devices, dtypes
 from thunder.core.interpreter import get_interpreterruntimectx
 from thunder.core.langctxs import Languages, langctx
-from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_flatten
+from thunder.core.prims import OpTags
+from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol
-from thunder.core.transforms import register_grad
+from thunder.core.transform_common import NON_FUNCTIONAL_OPS
+from thunder.core.transforms import register_augmented_forward, register_backward
+from thunder.executors.pythonex import ex as pythonex
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
+from thunderplug.compilation import current_record
 from thunderplug.fake import fake_mode, to_fake
 from thunderplug.specs import AtenOp
 
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
 
-_symbols: dict[OpOverload, Symbol] = {}  # one symbol per overload per process
+FALLBACK_PREFIX = "thunderplug.fallback."
+
+_lock = threading.RLock()
+_symbols: dict[OpOverload, Symbol] = {}  # one symbol per registered overload per process
 _specs: dict[OpOverload, AtenOp] = {}
+_fallbacks: dict[OpOverload, Symbol] = {}  # one fallback symbol per unregistered overload per process
 
 
 class AtenMetadataError(AssertionError):
@@ -36,40 +58,56 @@ class AtenMetadataError(AssertionError):
 
 
 class UnsupportedAtenOpError(NotImplementedError):
-    """No active plugin registers this ATen overload."""
+    """An overload thunderplug cannot represent in a trace (the message says why)."""
+
+
+class DataDependentShapeError(UnsupportedAtenOpError):
+    """The overload's output shape depends on its input's values (``nonzero``, masked selection)."""
 
 
 class NotDifferentiableError(RuntimeError):
-    """A gradient was requested through an ATen overload that has none."""
+    """A gradient has to flow through an overload that has none."""
+
+
+def qualified_name(overload: OpOverload) -> str:
+    """``torch.ops.aten.add.Tensor``: how traces print an overload and how errors name it."""
+    return f"torch.ops.{overload.namespace}.{overload._opname}.{overload._overloadname}"
+
+
+# -- registered overloads ------------------------------------------------------------------------
 
 
 def symbol_for(op: AtenOp) -> Symbol:
     """The thunder symbol for ``op``, created on first use."""
-    existing = _specs.get(op.overload)
-    if existing is op or (existing is not None and existing.decomposition is op.decomposition):
-        return _symbols[op.overload]
-    symbol = Symbol(
-        name=f"{op.overload._opname}.{op.overload._overloadname}",
-        meta=langctx(Languages.TORCH)(_checked_decomposition(op)),
-        id=op.qualified_name,
-        _module=torch.ops.aten,  # prints (and, if ever run as Python, runs) as torch.ops.aten.<op>.<overload>
-    )
-    if not op.differentiable:
-        register_grad(symbol.id, _refuse_gradient(op))
-    _symbols[op.overload] = symbol
-    _specs[op.overload] = op
-    return symbol
+    with _lock:
+        existing = _specs.get(op.overload)
+        if existing is op or (existing is not None and existing.decomposition is op.decomposition):
+            return _symbols[op.overload]
+        symbol = Symbol(
+            name=f"{op.overload._opname}.{op.overload._overloadname}",
+            meta=langctx(Languages.TORCH)(_checked_decomposition(op)),
+            id=op.qualified_name,
+            _module=torch.ops.aten,  # prints (and, if ever run as Python, runs) as torch.ops.aten.<op>.<overload>
+        )
+        if not op.differentiable:
+            _register_without_derivative(symbol, op.qualified_name)
+        _symbols[op.overload] = symbol
+        _specs[op.overload] = op
+        return symbol
 
 
 def registered_symbol(overload: OpOverload) -> Symbol:
     """The symbol of an overload some plugin registered (for executors that claim it)."""
-    if overload not in _symbols:
-        raise _unsupported(f"torch.ops.{overload.namespace}.{overload._opname}.{overload._overloadname}")
-    return _symbols[overload]
+    with _lock:
+        if overload not in _symbols:
+            raise _unsupported(qualified_name(overload))
+        return _symbols[overload]
 
 
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     def meta(*args: Any, **kwargs: Any) -> Any:
+        if not op.differentiable:
+            _remember_location(op.qualified_name, args, kwargs)
         result = op.decomposition(*args, **kwargs)
         _check_against_torch(op, args, kwargs, result)
         return result
@@ -96,18 +134,37 @@ def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any) -> 
             )
 
 
-def _refuse_gradient(op: AtenOp) -> Callable[..., Any]:
-    def grad_rule(*args: Any, **kwargs: Any) -> Any:
-        raise NotDifferentiableError(
-            f"{op.qualified_name} has no gradient, but one was requested through it{user_location()}. "
-            "Detach its inputs, or differentiate the operation that calls it (for a tensor subclass, "
-            "the outer torch op)."
-        )
+def _register_without_derivative(symbol: Symbol, name: str) -> None:
+    """Eager semantics for an op without derivative: inputs may require grad; integer and bool
+    outputs take no gradient; a gradient arriving at a floating-point output is an error."""
 
-    return grad_rule
+    def augmented_forward(*args: Any, **kwargs: Any) -> tuple[Any, tuple]:
+        result = symbol(*args, **kwargs)
+        return result, (_recorded_location(name, args, kwargs), _inexact_leaves(result), len(args))
+
+    def backward(location: str, inexact: tuple[bool, ...], nargs: int, *cotangents: Any) -> tuple:
+        if any(c is not None and flag for c, flag in zip(cotangents, inexact)):
+            raise NotDifferentiableError(
+                f"{name} has no derivative, but a gradient flows into its floating-point output{location}. "
+                "Detach its inputs or that output, or differentiate the operation that calls it (for a tensor "
+                "subclass, the outer torch op)."
+            )
+        return (None,) * nargs
+
+    register_augmented_forward(symbol.id)(augmented_forward)
+    register_backward(symbol.id)(backward)
+
+
+def _inexact_leaves(result: Any) -> tuple[bool, ...]:
+    """Per output leaf (the order thunder passes cotangents in): may it carry a gradient?"""
+    return tuple(isinstance(x, TensorProxy) and dtypes.is_inexact_dtype(x.dtype) for x in tree_flatten(result)[0])
+
+
+# -- where in the user's code an op was called (for errors raised later, in autodiff) ---------------
 
 
 def user_location() -> str:
+    """`` (at file:line)`` of the user's code being interpreted, or ``""`` outside the interpreter."""
     try:
         filename, positions = get_interpreterruntimectx().get_current_user_source_location()
     except Exception:  # noqa: BLE001 - outside the interpreter there is no user location
@@ -117,13 +174,189 @@ def user_location() -> str:
     return f" (at {filename}:{positions.lineno})"
 
 
-def _unsupported(qualified_name: str) -> UnsupportedAtenOpError:
+def _call_key(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]]:
+    return (name, tuple(x.name for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)))
+
+
+def _remember_location(name: str, args: tuple, kwargs: dict) -> None:
+    record = current_record()
+    location = user_location() if record is not None else ""
+    if location:
+        record.source_locations[_call_key(name, args, kwargs)] = location
+
+
+def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:
+    record = current_record()
+    return record.source_locations.get(_call_key(name, args, kwargs), "") if record is not None else ""
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def _unsupported(name: str) -> UnsupportedAtenOpError:
     return UnsupportedAtenOpError(
-        f"{qualified_name} is not supported by any active thunderplug plugin{user_location()}. "
+        f"{name} is not supported by any active thunderplug plugin{user_location()}. "
         "Install or enable a plugin that registers it (`thunderplug plugins` lists them), or add it "
         "from your own plugin: implement the `register_aten_ops` hook and call "
-        f"register(AtenOp({qualified_name}, decomposition)); see docs/hooks.md."
+        f"register(AtenOp({name}, decomposition)); see docs/hooks.md."
     )
+
+
+def _data_dependent(name: str) -> DataDependentShapeError:
+    return DataDependentShapeError(
+        f"{name} has a data-dependent output shape (its size depends on the input's values){user_location()}: "
+        "thunder 0.2.6 traces have static shapes, so it cannot be part of a jitted function. Compute it outside "
+        "the jitted function and pass the result in, or use a fixed-shape formulation (a boolean mask with "
+        "torch.where, or a masked reduction)."
+    )
+
+
+# -- fallback symbols for overloads no plugin registered ----------------------------------------------
+
+
+def is_fallback(symbol: Symbol) -> bool:
+    """Whether ``symbol`` is the generic fallback of an overload no plugin registered."""
+    return isinstance(symbol.id, str) and symbol.id.startswith(FALLBACK_PREFIX)
+
+
+def fallback_symbol(overload: OpOverload) -> Symbol:
+    """The fallback symbol of ``overload``, created once per process (it holds no compilation state)."""
+    with _lock:
+        symbol = _fallbacks.get(overload)
+        if symbol is None:
+            symbol = _fallbacks[overload] = _new_fallback(overload)
+        return symbol
+
+
+def _new_fallback(overload: OpOverload) -> Symbol:
+    name = qualified_name(overload)
+    random = torch.Tag.nondeterministic_seeded in overload.tags
+    symbol = Symbol(
+        name=f"{overload._opname}.{overload._overloadname}",
+        meta=_fallback_meta(overload, name),
+        id=FALLBACK_PREFIX + name,
+        is_prim=True,  # opaque: no decomposition (thunder drops composite symbols without subsymbols)
+        _module=getattr(torch.ops, overload.namespace),  # prints as torch.ops.<namespace>.<op>.<overload>
+        tags=(OpTags.RANDOM_OP, OpTags.DONT_RECOMPUTE_IN_BACKWARD) if random else (),
+    )
+    if random:  # every call draws new numbers: never merge two calls (thunder's CSE)
+        NON_FUNCTIONAL_OPS.add(symbol.id)
+    identifier = "".join(c if c.isalnum() else "_" for c in f"{overload.namespace}_{symbol.name}")
+    run = pythonex.register_operator(f"fallback_{identifier}", like=symbol, fn=_runner(overload))
+    pythonex.register_implementation(symbol, run)
+    _register_torch_autograd(symbol, overload, name)
+    return symbol
+
+
+def _fallback_meta(overload: OpOverload, name: str) -> Callable[..., Any]:
+    mutated = [a.name for a in overload._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+    def meta(*args: Any, **kwargs: Any) -> Any:
+        if mutated:
+            raise UnsupportedAtenOpError(
+                f"{name} writes to its argument(s) {', '.join(mutated)} in place{user_location()}; thunderplug "
+                "traces are functional and no plugin registers a functional decomposition for it. Call its "
+                "out-of-place variant, or register an AtenOp for it."
+            )
+        record = current_record()
+        if record is not None:
+            record.fallbacks.add(name)
+        _remember_location(name, args, kwargs)
+        fakes_args, fakes_kwargs = to_fake(args), to_fake(kwargs)
+        for fake in tree_flatten((fakes_args, fakes_kwargs))[0]:
+            if isinstance(fake, torch.Tensor) and (fake.dtype.is_floating_point or fake.dtype.is_complex):
+                fake.requires_grad_(True)  # as the VJP does: torch says which outputs carry a gradient
+        try:
+            with fake_mode(), torch.enable_grad():
+                result = overload(*fakes_args, **fakes_kwargs)
+        except (DynamicOutputShapeException, DataDependentOutputException) as error:
+            raise _data_dependent(name) from error
+        except Exception as error:
+            raise UnsupportedAtenOpError(
+                f"{name} has no plugin decomposition, and its fake (meta) kernel failed{user_location()}: "
+                f"{type(error).__name__}: {error}. For a custom op, register one with torch.library.register_fake."
+            ) from error
+        return tree_map(_proxy_of, result)
+
+    meta.__name__ = name
+    return meta
+
+
+def _proxy_of(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return TensorProxy(
+            shape=tuple(value.shape),
+            device=devices.to_device(value.device),
+            dtype=dtypes.to_dtype(value.dtype),
+            requires_grad=value.requires_grad,
+        )
+    return value
+
+
+def _runner(overload: OpOverload) -> Callable[..., Any]:
+    """``overload`` itself, with the thunder dtypes and devices of a trace turned back into torch's."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return overload(*tree_map(_to_torch, args), **tree_map(_to_torch, kwargs))
+
+    return run
+
+
+def _to_torch(x: Any) -> Any:
+    if isinstance(x, dtypes.dtype):
+        return dtypes.to_torch_dtype(x)
+    if isinstance(x, devices.Device):
+        return devices.to_torch_device(x)
+    return x
+
+
+def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) -> None:
+    """The fallback's gradient is torch's autograd of ``overload`` (traced on fakes when a gradient
+    flows into it): a backward symbol unrolled from ``torch.autograd.grad`` of the op, as for subclass
+    ops. Without a torch derivative, a flowing gradient is a :class:`NotDifferentiableError`."""
+
+    def augmented_forward(*args: Any, **kwargs: Any) -> tuple[Any, tuple]:
+        result = symbol(*args, **kwargs)
+        leaves = tree_flatten(result)[0]
+        carries = tuple(isinstance(x, TensorProxy) and x.requires_grad for x in leaves)
+        like = tuple((tuple(x.shape), x.device, x.dtype) if isinstance(x, TensorProxy) else None for x in leaves)
+        return result, (args, kwargs, _recorded_location(name, args, kwargs), carries, like)
+
+    def backward(args: tuple, kwargs: dict, location: str, carries: tuple, like: tuple, *cotangents: Any) -> tuple:
+        if not any(c is not None and flag for c, flag in zip(cotangents, carries)):
+            return (None,) * len(args)
+        from thunderplug.subclass.autodiff import vjp_of
+        from thunderplug.subclass.symbols import unrolled_op_symbol
+        from thunderplug.subclass.unroll import SubclassDispatchError
+
+        flowing = [
+            c if c is not None else clang.full(shape, 0, device=device, dtype=dtype)
+            for c, flag, (shape, device, dtype) in ((c, f, m) for c, f, m in zip(cotangents, carries, like) if f)
+        ]
+        vjp = unrolled_op_symbol(f"{name}.backward", vjp_of(overload), differentiable=False)
+        try:
+            grads = iter(vjp(args, kwargs, flowing))
+        except SubclassDispatchError as error:
+            raise NotDifferentiableError(
+                f"{name}: a gradient flows into its output{location}, but torch's autograd has no derivative "
+                f"for it ({error.__cause__ or error}). Detach its inputs or that output."
+            ) from error
+        # vjp gives one gradient per tensor of (args, kwargs); thunder wants one per positional arg
+        return tuple(_grads_like(arg, grads) for arg in args)
+
+    register_augmented_forward(symbol.id)(augmented_forward)
+    register_backward(symbol.id)(backward)
+
+
+def _grads_like(arg: Any, grads: Any) -> Any:
+    """The gradients of the tensors in ``arg`` (a tensor, a list of them, or a constant)."""
+    leaves, spec = tree_flatten(arg)
+    if not any(isinstance(x, TensorProxy) for x in leaves):
+        return None
+    return tree_unflatten([next(grads) if isinstance(x, TensorProxy) else None for x in leaves], spec)
+
+
+# -- resolving calls ------------------------------------------------------------------------------------
 
 
 def resolve_packet(packet: OpOverloadPacket, args: tuple, kwargs: dict) -> OpOverload:
@@ -133,12 +366,30 @@ def resolve_packet(packet: OpOverloadPacket, args: tuple, kwargs: dict) -> OpOve
     return getattr(packet, overload_name or "default")
 
 
+def active_table() -> AtenTable | None:
+    """The ATen table of the ``discover()`` list the compilation in progress uses, if any."""
+    from thunder.core.compile_data import get_compile_data
+
+    compile_data = get_compile_data()
+    for executor in compile_data.executors_list if compile_data is not None else ():
+        table = getattr(executor, "aten", None)
+        if isinstance(table, AtenTable):
+            return table
+    return None
+
+
 class AtenTable:
-    """The ATen overloads active in one ``discover()`` result, and how calls to them resolve."""
+    """The ATen overloads active in one ``discover()`` result, and how calls to them resolve:
+    registered overloads to their plugin's symbol, every other overload to its fallback symbol."""
 
     def __init__(self, ops: Iterable[AtenOp]):
         self.symbols: dict[OpOverload, Symbol] = {op.overload: symbol_for(op) for op in ops}
-        self.overloads_by_id: dict[str, OpOverload] = {symbol.id: overload for overload, symbol in self.symbols.items()}
+        self._registered_by_id = {symbol.id: overload for overload, symbol in self.symbols.items()}
+        self.overloads_by_id: dict[str, OpOverload] = dict(self._registered_by_id)  # fallbacks join on first use
+
+    def registered_overload(self, symbol: Symbol) -> OpOverload | None:
+        """The overload ``symbol`` stands for, if a plugin of this table registered it."""
+        return self._registered_by_id.get(symbol.id)
 
     @functools.cached_property
     def decompositions(self) -> dict:
@@ -148,19 +399,23 @@ class AtenTable:
 
         return {op: fn for op, fn in core_aten_decompositions().items() if op not in self.symbols}
 
-    def call(self, overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
+    def symbol(self, overload: OpOverload) -> Symbol:
+        """The registered symbol of ``overload``, else its fallback."""
         symbol = self.symbols.get(overload)
         if symbol is None:
-            raise _unsupported(f"torch.ops.{overload.namespace}.{overload._opname}.{overload._overloadname}")
-        return symbol(*args, **kwargs)
+            symbol = fallback_symbol(overload)
+            self.overloads_by_id.setdefault(symbol.id, overload)
+        return symbol
+
+    def call(self, overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
+        return self.symbol(overload)(*args, **kwargs)
 
     def call_packet(self, packet: OpOverloadPacket, *args: Any, **kwargs: Any) -> Any:
         return self.call(resolve_packet(packet, args, kwargs), *args, **kwargs)
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
-        """Interpretation-time lookasides: every registered overload and packet, plus catch-alls
-        for ``OpOverload.__call__``/``OpOverloadPacket.__call__`` that give a clear error for
-        overloads no plugin registers."""
+        """Interpretation-time lookasides: every registered overload and packet, plus catch-alls for
+        ``OpOverload.__call__``/``OpOverloadPacket.__call__`` (the other overloads, as fallbacks)."""
         result: dict[Any, Callable[..., Any]] = {
             OpOverload.__call__: _as_lookaside(self.call),
             OpOverloadPacket.__call__: _as_lookaside(self.call_packet),

@@ -77,5 +77,5 @@ def test_gradient_through_non_differentiable_op_names_it():
 
     scale_a = torch.tensor(0.5, requires_grad=True)
     jitted = thunder.jit(fn, executors=thunderplug.discover())
-    with pytest.raises(NotDifferentiableError, match=r"torch\.ops\.aten\._scaled_mm\.default has no gradient"):
+    with pytest.raises(NotDifferentiableError, match=r"torch\.ops\.aten\._scaled_mm\.default has no derivative.*test_call_forms\.py"):
         jitted(_fp8(8, 16), _fp8(8, 16).t(), scale_a).sum().backward()

@@ -3,52 +3,36 @@
 from __future__ import annotations
 
 import thunder.torch as ltorch
+import torch
 from thunder import clang
 from thunder.core import dtypes, prims, utils
 
+from thunderplug import AtenOp
 from thunderplug_aten_ops._broadcast import ALWAYS_BOOL, BOOL_TO_LONG, DEFAULT, INT_TO_FLOAT, elementwise
-from thunderplug_aten_ops._registry import aten, decomposes
 
-
-def _unary(overload, fn, differentiable=True):
-    decomposes(overload, differentiable=differentiable)(lambda a: fn(a))
-
-
-for _name in (
-    "abs acos acosh asin asinh atan atanh ceil cos cosh erf exp expm1 floor log log10 log1p log2 neg "
-    "reciprocal rsqrt sigmoid sin sinh sqrt tan tanh relu"
-).split():
-    _unary(getattr(aten, _name).default, getattr(ltorch, _name))
-for _name in ("bitwise_not", "logical_not", "isnan", "isinf"):
-    _unary(getattr(aten, _name).default, getattr(ltorch, _name), differentiable=False)
-_unary(aten.sign.default, ltorch.sign)
+aten = torch.ops.aten
 
 
 def _scaled(b, alpha):
     return b if alpha == 1 else elementwise(prims.mul, b, alpha)
 
 
-@decomposes(aten.add.Tensor, aten.add.Scalar)
 def add(a, b, *, alpha=1):
     return elementwise(prims.add, a, _scaled(b, alpha))
 
 
-@decomposes(aten.sub.Tensor, aten.sub.Scalar)
 def sub(a, b, *, alpha=1):
     return elementwise(prims.sub, a, _scaled(b, alpha))
 
 
-@decomposes(aten.mul.Tensor, aten.mul.Scalar)
 def mul(a, b):
     return elementwise(prims.mul, a, b)
 
 
-@decomposes(aten.div.Tensor, aten.div.Scalar)
 def div(a, b):
     return elementwise(prims.div, a, b, kind=INT_TO_FLOAT)
 
 
-@decomposes(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return div(a, b)
@@ -61,14 +45,12 @@ def div_mode(a, b, *, rounding_mode=None):
 # prims that have one (floor, ceil, fmod, maximum), with ATen's exact values.
 
 
-@decomposes(aten.trunc.default)
 def trunc(a):
     if not dtypes.is_inexact_dtype(a.dtype):
         return prims.clone(a)
     return prims.where(clang.ge(a, 0), clang.floor(a), clang.ceil(a))
 
 
-@decomposes(aten.round.default)
 def round(a):
     """Half to even, like ATen."""
     if not dtypes.is_inexact_dtype(a.dtype):
@@ -92,39 +74,41 @@ def _minimum(a, b):
     return prims.neg(prims.maximum(prims.neg(a), prims.neg(b)))
 
 
-@decomposes(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def pow(a, b):
     return elementwise(prims.pow, a, b, kind=BOOL_TO_LONG)
 
 
-@decomposes(aten.atan2.default)
 def atan2(a, b):
     return elementwise(prims.atan2, a, b, kind=INT_TO_FLOAT)
 
 
-@decomposes(aten.atan2.out)
 def atan2_out(a, b, *, out):
     """Functional: returns the result in ``out``'s dtype; ``out`` itself is not written."""
     return clang.maybe_convert_to_dtype(atan2(a, b), out.dtype)
 
 
-def _binary(overloads, prim, kind=DEFAULT, differentiable=True):
-    decomposes(*overloads, differentiable=differentiable)(lambda a, b: elementwise(prim, a, b, kind=kind))
+def _binary(prim, kind=DEFAULT):
+    """``(a, b)`` broadcast and promoted, then ``prim``."""
+
+    def decomposition(a, b):
+        return elementwise(prim, a, b, kind=kind)
+
+    decomposition.__name__ = getattr(prim, "name", getattr(prim, "__name__", "binary"))
+    return decomposition
 
 
-_binary((aten.fmod.Tensor, aten.fmod.Scalar), prims.fmod)
-_binary((aten.remainder.Tensor, aten.remainder.Scalar), _remainder)
-_binary((aten.maximum.default,), prims.maximum)
-_binary((aten.minimum.default,), _minimum)
-for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-    _binary((getattr(aten, _name).Tensor, getattr(aten, _name).Scalar), getattr(prims, _name), differentiable=False)
-for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    _binary((getattr(aten, _name).Tensor, getattr(aten, _name).Scalar), getattr(prims, _name), ALWAYS_BOOL, False)
-for _name in ("logical_and", "logical_or", "logical_xor"):
-    _binary((getattr(aten, _name).default,), getattr(clang, _name), ALWAYS_BOOL, False)
+#: binary overloads that are one prim (or clang op) after broadcasting: (packet name, overloads, prim, kind, differentiable)
+_BINARY = (
+    ("fmod", ("Tensor", "Scalar"), prims.fmod, DEFAULT, True),
+    ("remainder", ("Tensor", "Scalar"), _remainder, DEFAULT, True),
+    ("maximum", ("default",), prims.maximum, DEFAULT, True),
+    ("minimum", ("default",), _minimum, DEFAULT, True),
+    *((name, ("Tensor", "Scalar"), getattr(prims, name), DEFAULT, False) for name in ("bitwise_and", "bitwise_or", "bitwise_xor")),
+    *((name, ("Tensor", "Scalar"), getattr(prims, name), ALWAYS_BOOL, False) for name in ("eq", "ne", "lt", "le", "gt", "ge")),
+    *((name, ("default",), getattr(clang, name), ALWAYS_BOOL, False) for name in ("logical_and", "logical_or", "logical_xor")),
+)
 
 
-@decomposes(aten.where.self)
 def where(condition, a, b):
     computation_dtype, result_dtype = utils.elementwise_type_promotion(a, b, type_promotion_kind=DEFAULT)
     condition, a, b = clang.maybe_broadcast(condition, a, b, treat_cpu_scalar_tensors_as_numbers=False)
@@ -147,36 +131,62 @@ def _clamp_between(a, low, high):
     return result
 
 
-@decomposes(aten.clamp.default, aten.clamp.Tensor)
 def clamp(a, min=None, max=None):
     utils.check(min is not None or max is not None, lambda: "clamp: at least one of 'min' or 'max' must not be None")
     return _clamp_between(a, min, max)
 
 
-@decomposes(aten.hardtanh.default)
 def hardtanh(a, min_val=-1, max_val=1):
     return _clamp_between(a, min_val, max_val)
 
 
-@decomposes(aten.gelu.default)
-def gelu(a, *, approximate="none"):
-    return ltorch.gelu(a, approximate=approximate)
-
-
-@decomposes(aten.leaky_relu.default)
 def leaky_relu(a, negative_slope=0.01):
     return prims.where(clang.gt(a, 0), a, prims.mul(a, negative_slope) if negative_slope != 1 else a)
 
 
-@decomposes(aten.elu.default)
 def elu(a, alpha=1, scale=1, input_scale=1):
     negative = clang.mul(clang.expm1(clang.mul(a, input_scale)), alpha * scale)
     return prims.where(clang.gt(a, 0), clang.mul(a, scale), negative)
 
 
-@decomposes(aten.fill.Scalar, aten.fill.Tensor)
 def fill(a, value):
     if isinstance(value, (int, float, bool, complex)) or not hasattr(value, "shape"):
         return ltorch.full_like(a, value)
     utils.check(value.ndim == 0, lambda: f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
     return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), a.shape)
+
+
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.add.Tensor, add),
+        AtenOp(aten.add.Scalar, add),
+        AtenOp(aten.sub.Tensor, sub),
+        AtenOp(aten.sub.Scalar, sub),
+        AtenOp(aten.mul.Tensor, mul),
+        AtenOp(aten.mul.Scalar, mul),
+        AtenOp(aten.div.Tensor, div),
+        AtenOp(aten.div.Scalar, div),
+        AtenOp(aten.div.Tensor_mode, div_mode),
+        AtenOp(aten.div.Scalar_mode, div_mode),
+        AtenOp(aten.trunc.default, trunc),
+        AtenOp(aten.round.default, round),
+        AtenOp(aten.pow.Tensor_Tensor, pow),
+        AtenOp(aten.pow.Tensor_Scalar, pow),
+        AtenOp(aten.pow.Scalar, pow),
+        AtenOp(aten.atan2.default, atan2),
+        AtenOp(aten.atan2.out, atan2_out),
+        AtenOp(aten.where.self, where),
+        AtenOp(aten.clamp.default, clamp),
+        AtenOp(aten.clamp.Tensor, clamp),
+        AtenOp(aten.hardtanh.default, hardtanh),
+        AtenOp(aten.leaky_relu.default, leaky_relu),
+        AtenOp(aten.elu.default, elu),
+        AtenOp(aten.fill.Scalar, fill),
+        AtenOp(aten.fill.Tensor, fill),
+        *(
+            AtenOp(getattr(getattr(aten, name), overload), _binary(prim, kind), differentiable)
+            for name, overloads, prim, kind, differentiable in _BINARY
+            for overload in overloads
+        ),
+    )

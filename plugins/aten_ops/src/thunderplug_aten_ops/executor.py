@@ -1,20 +1,23 @@
 """The ``aten`` executor: runs ATen symbols as the overloads themselves, one call each.
 
 It sits after the fusers (``Priority.DIRECT``): whatever no fuser took runs as a single ATen call
-instead of a chain of decomposed prims.
+instead of a chain of decomposed prims. It takes exactly the overloads the host registered for the
+compilation in progress (the ATen table of ``discover()``'s list, whichever plugins registered
+them), not a list of its own; each gets its operator on first use.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from thunder.core import devices, dtypes
+from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.extend import OperatorExecutor, register_executor
 from torch.utils._pytree import tree_map
 
-from thunderplug.aten import symbol_for
-from thunderplug_aten_ops.ops import ALL_OPS
+from thunderplug.aten import active_table
 
 _THUNDER_VALUED_TYPES = ("ScalarType", "Device")
 
@@ -39,13 +42,32 @@ def _runner(overload: Any) -> Callable[..., Any]:
     return run
 
 
+class AtenExecutor(OperatorExecutor):
+    """Executes an ATen symbol when the active compilation's table has it registered."""
+
+    def __init__(self) -> None:
+        super().__init__("aten", version="0.1.0")
+        self._lock = threading.Lock()
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        table = active_table()
+        overload = table.registered_overload(bsym.sym) if table is not None else None
+        if overload is None:
+            return False
+        self._ensure_operator(bsym.sym, overload)
+        return super().can_execute(bsym)
+
+    def _ensure_operator(self, symbol: Symbol, overload: Any) -> None:
+        with self._lock:
+            impl = self.implmap.get(symbol.id)
+            if impl is not None and impl.symbol is not None and impl.symbol.meta is symbol:
+                return
+            name = f"aten_{overload._opname}_{overload._overloadname}"
+            operator = self.register_operator(name, like=symbol, fn=_runner(overload))
+            self.register_implementation(symbol, operator)
+
+
 def build_executor() -> OperatorExecutor:
-    executor = OperatorExecutor("aten", version="0.1.0")
+    executor = AtenExecutor()
     register_executor(executor)
-    for op in ALL_OPS:
-        symbol = symbol_for(op)
-        impl = executor.register_operator(
-            f"aten_{op.overload._opname}_{op.overload._overloadname}", like=symbol, fn=_runner(op.overload)
-        )
-        executor.register_implementation(symbol, impl)
     return executor

@@ -7,9 +7,9 @@ from thunderplug import ExecutorSpec, Priority, hookimpl
 
 @hookimpl
 def register_aten_ops(register) -> None:
-    from thunderplug_aten_ops.ops import ALL_OPS
+    from thunderplug_aten_ops.ops import aten_ops
 
-    for op in ALL_OPS:
+    for op in aten_ops():
         register(op)
 
 

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import thunder.torch as ltorch
+import torch
 from thunder import clang
 from thunder.core import dtypes, prims, utils
 
+from thunderplug import AtenOp
 from thunderplug_aten_ops._broadcast import elementwise
-from thunderplug_aten_ops._registry import aten, decomposes
+
+aten = torch.ops.aten
 
 
-@decomposes(aten.mm.default)
 def mm(a, b):
     utils.check(a.ndim == 2 and b.ndim == 2, lambda: "mm: both arguments must be 2D")
     return prims.matmul(a, b)
 
 
-@decomposes(aten.bmm.default)
 def bmm(a, b):
     utils.check(a.ndim == 3 and b.ndim == 3, lambda: "bmm: both arguments must be 3D")
     return prims.matmul(a, b)
 
 
-@decomposes(aten.addmm.default)
 def addmm(a, mat1, mat2, *, beta=1, alpha=1):
     product = mm(mat1, mat2)
     if alpha != 1:
@@ -32,20 +32,9 @@ def addmm(a, mat1, mat2, *, beta=1, alpha=1):
     return elementwise(prims.add, product, a if beta == 1 else elementwise(prims.mul, a, beta))
 
 
-@decomposes(aten.linear.default)
-def linear(a, weight, bias=None):
-    return ltorch.linear(a, weight, bias)
-
-
-@decomposes(aten.matmul.default)
-def matmul(a, b):
-    return ltorch.matmul(a, b)
-
-
 _FP8_OUT = (dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz)
 
 
-@decomposes(aten._scaled_mm.default, differentiable=False)
 def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     """ATen's CPU path: fp32 upcast times per-tensor scales, matmul, + bias, / scale_result (fp8 outputs only)."""
     utils.check(a.ndim == 2 and b.ndim == 2, lambda: f"Inputs must be 2D but got self.dim()={a.ndim} and mat2.dim()={b.ndim}")
@@ -69,20 +58,25 @@ _CDIST_MODES = {None: "use_mm_for_euclid_dist_if_necessary", 0: "use_mm_for_eucl
                 1: "use_mm_for_euclid_dist", 2: "donot_use_mm_for_euclid_dist"}
 
 
-@decomposes(aten._cdist_forward.default)
 def cdist(x1, x2, p, compute_mode=None):
     return ltorch.cdist(x1, x2, p, _CDIST_MODES[compute_mode])
-
-
-@decomposes(aten._pdist_forward.default)
-def pdist(a, p=2):
-    return ltorch.pdist(a, p)
 
 
 _FFT_NORMS = {0: "backward", 1: "ortho", 2: "forward"}
 
 
-@decomposes(aten._fft_r2c.default)
 def fft_r2c(a, dim, normalization, onesided):
     fft = ltorch.rfftn if onesided else ltorch.fftn
     return fft(a, dim=list(dim), norm=_FFT_NORMS[normalization])
+
+
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.mm.default, mm),
+        AtenOp(aten.bmm.default, bmm),
+        AtenOp(aten.addmm.default, addmm),
+        AtenOp(aten._scaled_mm.default, scaled_mm, differentiable=False),
+        AtenOp(aten._cdist_forward.default, cdist),
+        AtenOp(aten._fft_r2c.default, fft_r2c),
+    )

@@ -6,9 +6,12 @@ thunder tensors have no strides; every tensor is treated as contiguous with stor
 from __future__ import annotations
 
 import thunder.torch as ltorch
+import torch
 from thunder.core import prims, utils
 
-from thunderplug_aten_ops._registry import aten, decomposes
+from thunderplug import AtenOp
+
+aten = torch.ops.aten
 
 
 def _strides(a):
@@ -19,37 +22,30 @@ def _strides(a):
     return tuple(reversed(strides))
 
 
-@decomposes(aten.sym_size.int, differentiable=False)
 def sym_size(a, dim):
     return a.shape[utils.canonicalize_dim(a.ndim, dim)]
 
 
-@decomposes(aten.sym_numel.default, differentiable=False)
 def sym_numel(a):
     return a.numel
 
 
-@decomposes(aten.sym_stride.int, differentiable=False)
 def sym_stride(a, dim):
     return _strides(a)[utils.canonicalize_dim(a.ndim, dim)]
 
 
-@decomposes(aten.sym_storage_offset.default, differentiable=False)
 def sym_storage_offset(a):
     return 0
 
 
-@decomposes(aten.sym_is_contiguous.default, differentiable=False)
 def sym_is_contiguous(a, memory_format=None):
     return True
 
 
-@decomposes(aten._local_scalar_dense.default, differentiable=False)
 def local_scalar_dense(a):
     return prims.item(a)
 
 
-@decomposes(aten.resize_.default)
 def resize_(a, size, *, memory_format=None):
     """Functional: a new tensor with ``a``'s leading elements (zeros where ``a`` had none; ATen leaves
     them uninitialized); ``a`` itself keeps its shape."""
@@ -62,3 +58,16 @@ def resize_(a, size, *, memory_format=None):
     else:
         flat = ltorch.pad(flat, (0, numel - a.numel), value=0)
     return ltorch.reshape(flat, tuple(size))
+
+
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.sym_size.int, sym_size, differentiable=False),
+        AtenOp(aten.sym_numel.default, sym_numel, differentiable=False),
+        AtenOp(aten.sym_stride.int, sym_stride, differentiable=False),
+        AtenOp(aten.sym_storage_offset.default, sym_storage_offset, differentiable=False),
+        AtenOp(aten.sym_is_contiguous.default, sym_is_contiguous, differentiable=False),
+        AtenOp(aten._local_scalar_dense.default, local_scalar_dense, differentiable=False),
+        AtenOp(aten.resize_.default, resize_),
+    )

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 import thunder.torch as ltorch
+import torch
 from thunder import clang
 from thunder.core import dtypes, prims, utils
 
+from thunderplug import AtenOp
 from thunderplug_aten_ops._broadcast import elementwise
-from thunderplug_aten_ops._registry import aten, decomposes
 from thunderplug_aten_ops.shape import flip as _flip
+
+aten = torch.ops.aten
 
 
 def _per_dim(value, n):
@@ -42,7 +45,6 @@ def _transposed_convolution(a, weight, bias, stride, padding, dilation, output_p
     return ltorch.convolution(x, w, bias, [1] * nd, [0] * nd, dilation, False, [0] * nd, groups)
 
 
-@decomposes(aten.convolution.default)
 def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         return _transposed_convolution(a, weight, bias, stride, padding, dilation, output_padding, groups)
@@ -76,7 +78,6 @@ def _regular_convolution_backward(grad, a, weight, stride, padding, dilation, gr
     return grad_input, ltorch.transpose(grad_weight, 0, 1)
 
 
-@decomposes(aten.convolution_backward.default)
 def convolution_backward(grad, a, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
     """Regular: thunder's grad rule of prims.convolution. Transposed (the adjoint ``T_w`` of the
     regular convolution ``C_w``): the input grad is ``C_w(grad)``, and since
@@ -90,12 +91,6 @@ def convolution_backward(grad, a, weight, bias_sizes, stride, padding, dilation,
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
 
 
-@decomposes(aten.native_layer_norm.default)
-def native_layer_norm(a, normalized_shape, weight, bias, eps):
-    return ltorch._native_layer_norm(a, normalized_shape, weight, bias, eps)
-
-
-@decomposes(aten.native_group_norm.default)
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     computation_dtype = utils.get_computation_dtype(a.dtype)
     grouped = clang.maybe_convert_to_dtype(ltorch.reshape(a, (N, group, -1)), computation_dtype)
@@ -120,7 +115,6 @@ def _normalization_input_grad(g, x_hat, rstd, dims, count):
     return elementwise(prims.mul, elementwise(prims.div, rstd, count), inner)
 
 
-@decomposes(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(grad, a, normalized_shape, mean, rstd, weight, bias, output_mask):
     """ATen's formula (mean and rstd as saved by native_layer_norm), in the computation dtype."""
     computation_dtype = utils.get_computation_dtype(a.dtype)
@@ -141,7 +135,6 @@ def native_layer_norm_backward(grad, a, normalized_shape, mean, rstd, weight, bi
     return grad_input, grad_weight, grad_bias
 
 
-@decomposes(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad, a, mean, rstd, weight, N, C, HxW, group, output_mask):
     """ATen's formula per (sample, group), mean and rstd ``(N, group)`` as saved by native_group_norm."""
     computation_dtype = utils.get_computation_dtype(a.dtype)
@@ -187,18 +180,15 @@ def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, 
     return (clang.maybe_convert_to_dtype(out, a.dtype), *saved)
 
 
-@decomposes(aten._native_batch_norm_legit.default)
 def native_batch_norm_legit(a, weight, bias, running_mean, running_var, training, momentum, eps):
     """Running statistics are not updated in place (thunder has no aliasing); outputs are exact."""
     return _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-@decomposes(aten._native_batch_norm_legit.no_stats)
 def native_batch_norm_legit_no_stats(a, weight, bias, training, momentum, eps):
     return _batch_norm(a, weight, bias, None, None, training, momentum, eps)
 
 
-@decomposes(aten._native_batch_norm_legit_no_training.default)
 def native_batch_norm_legit_no_training(a, weight, bias, running_mean, running_var, momentum, eps):
     return _batch_norm(a, weight, bias, running_mean, running_var, False, momentum, eps)
 
@@ -249,12 +239,10 @@ def _max_pool_with_indices(a, nd, kernel_size, stride, padding, dilation, ceil_m
     return values, flat
 
 
-@decomposes(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(a, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool_with_indices(a, 2, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@decomposes(aten.max_pool3d_with_indices.default)
 def max_pool3d_with_indices(a, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return _max_pool_with_indices(a, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
@@ -317,27 +305,22 @@ def _avg_pool_backward(grad, a, nd, kernel_size, stride, padding, ceil_mode, cou
     return ltorch.reshape(prims.pad(x, _zero(a.dtype), config), a.shape)
 
 
-@decomposes(aten.avg_pool1d.default)
 def avg_pool1d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
     return _avg_pool(a, 1, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-@decomposes(aten.avg_pool2d.default)
 def avg_pool2d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     return _avg_pool(a, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@decomposes(aten.avg_pool2d_backward.default)
 def avg_pool2d_backward(grad, a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     return _avg_pool_backward(grad, a, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@decomposes(aten.avg_pool3d.default)
 def avg_pool3d(a, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     return _avg_pool(a, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@decomposes(aten.max_pool2d_with_indices_backward.default)
 def max_pool2d_with_indices_backward(grad, a, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """Each output grad goes to its window's argmax: a scatter-add over each flattened plane."""
     planes = tuple(a.shape[:-2])
@@ -366,37 +349,26 @@ def _adaptive_avg_pool(a, output_size):
     return result
 
 
-@decomposes(aten.adaptive_avg_pool1d.default)
 def adaptive_avg_pool1d(a, output_size):
     return _adaptive_avg_pool(a, _per_dim(output_size, 1))
 
 
-@decomposes(aten._adaptive_avg_pool2d.default)
 def adaptive_avg_pool2d(a, output_size):
     return _adaptive_avg_pool(a, _per_dim(output_size, 2))
 
 
-@decomposes(aten._adaptive_avg_pool3d.default)
 def adaptive_avg_pool3d(a, output_size):
     return _adaptive_avg_pool(a, _per_dim(output_size, 3))
 
 
-@decomposes(aten._adaptive_avg_pool2d_backward.default)
-def adaptive_avg_pool2d_backward(grad, a):
-    return ltorch.adaptive_avg_pool2d_backward(grad, a)
-
-
-@decomposes(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return ltorch.embedding(indices, weight, None if padding_idx == -1 else padding_idx, None, 2.0, scale_grad_by_freq, sparse)
 
 
-@decomposes(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
     return ltorch.embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq, False)
 
 
-@decomposes(aten._embedding_bag.default)
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
                   include_last_offset=False, padding_idx=-1):
     """Rows gathered with ``embedding`` (its gradient, with the zero gradient of padding_idx), padding rows dropped, then per bag: a scatter-add (sum, mean) or the
@@ -449,21 +421,38 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     return out, offset2bag, bag_size if mode != 0 else zeros, max_indices
 
 
-@decomposes(aten.upsample_bilinear2d.vec)
 def upsample_bilinear2d(a, output_size, align_corners, scale_factors):
     return ltorch.interpolate(a, size=output_size, scale_factor=scale_factors, mode="bilinear", align_corners=align_corners)
 
 
-@decomposes(aten.upsample_nearest2d.vec)
 def upsample_nearest2d(a, output_size, scale_factors):
     return ltorch.interpolate(a, size=output_size, scale_factor=scale_factors, mode="nearest")
 
 
-@decomposes(aten.grid_sampler_2d.default)
-def grid_sampler_2d(a, grid, interpolation_mode, padding_mode, align_corners):
-    return ltorch.grid_sampler_2d(a, grid, interpolation_mode, padding_mode, align_corners)
-
-
-@decomposes(aten.col2im.default)
-def col2im(a, output_size, kernel_size, dilation, padding, stride):
-    return ltorch.fold(a, output_size, kernel_size, dilation, padding, stride)
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.convolution.default, convolution),
+        AtenOp(aten.convolution_backward.default, convolution_backward),
+        AtenOp(aten.native_group_norm.default, native_group_norm),
+        AtenOp(aten.native_layer_norm_backward.default, native_layer_norm_backward),
+        AtenOp(aten.native_group_norm_backward.default, native_group_norm_backward),
+        AtenOp(aten._native_batch_norm_legit.default, native_batch_norm_legit),
+        AtenOp(aten._native_batch_norm_legit.no_stats, native_batch_norm_legit_no_stats),
+        AtenOp(aten._native_batch_norm_legit_no_training.default, native_batch_norm_legit_no_training),
+        AtenOp(aten.max_pool2d_with_indices.default, max_pool2d_with_indices),
+        AtenOp(aten.max_pool3d_with_indices.default, max_pool3d_with_indices),
+        AtenOp(aten.avg_pool1d.default, avg_pool1d),
+        AtenOp(aten.avg_pool2d.default, avg_pool2d),
+        AtenOp(aten.avg_pool2d_backward.default, avg_pool2d_backward),
+        AtenOp(aten.avg_pool3d.default, avg_pool3d),
+        AtenOp(aten.max_pool2d_with_indices_backward.default, max_pool2d_with_indices_backward),
+        AtenOp(aten.adaptive_avg_pool1d.default, adaptive_avg_pool1d),
+        AtenOp(aten._adaptive_avg_pool2d.default, adaptive_avg_pool2d),
+        AtenOp(aten._adaptive_avg_pool3d.default, adaptive_avg_pool3d),
+        AtenOp(aten.embedding.default, embedding),
+        AtenOp(aten.embedding_dense_backward.default, embedding_dense_backward),
+        AtenOp(aten._embedding_bag.default, embedding_bag),
+        AtenOp(aten.upsample_bilinear2d.vec, upsample_bilinear2d),
+        AtenOp(aten.upsample_nearest2d.vec, upsample_nearest2d),
+    )

@@ -1,13 +1,31 @@
-"""The ATen overloads this plugin defines: importing the category modules fills ``ALL_OPS``."""
+"""Every ATen overload this plugin defines, collected explicitly (importing a module registers nothing)."""
 
 from __future__ import annotations
 
-from thunderplug_aten_ops import creation, elementwise, linalg, metadata, nn, reductions, shape  # noqa: F401
-from thunderplug_aten_ops._registry import ALL_OPS
+import functools
 
-__all__ = ["ALL_OPS", "NOT_REGISTERED"]
+from thunderplug import AtenOp
+from thunderplug_aten_ops import creation, elementwise, forwards, linalg, metadata, nn, reductions, shape
+
+__all__ = ["NOT_REGISTERED", "aten_ops"]
 
 #: core overloads this plugin leaves out on purpose, with why (docs/aten_coverage.md lists them)
 NOT_REGISTERED = {
-    "nonzero.default": "data-dependent output shape: thunder proxies and torch's FakeTensor meta need static shapes",
+    "nonzero.default": "data-dependent output shape: thunder 0.2.6 traces have static shapes; the core refuses it "
+    "with an error saying so (compute it outside the jitted function, or use a mask)",
 }
+
+
+@functools.cache
+def aten_ops() -> tuple[AtenOp, ...]:
+    """The plugin's AtenOps: the plain forwards table, then each category module's."""
+    return (
+        *forwards.ops(),
+        *creation.ops(),
+        *elementwise.ops(),
+        *linalg.ops(),
+        *metadata.ops(),
+        *nn.ops(),
+        *reductions.ops(),
+        *shape.ops(),
+    )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import thunder.torch as ltorch
+import torch
 from thunder import clang
 from thunder.core import dtypes, prims, utils
 
-from thunderplug_aten_ops._registry import aten, decomposes
+from thunderplug import AtenOp
+
+aten = torch.ops.aten
 
 
 def _dims(a, dim):
@@ -23,7 +26,6 @@ def _keep(result, a, dims):
     )
 
 
-@decomposes(aten.sum.dim_IntList, aten.sum.default)
 def sum_dims(a, dim=None, keepdim=False, *, dtype=None):
     dims = tuple(range(a.ndim)) if _dims(a, dim) is None else utils.canonicalize_dims(a.ndim, tuple(dim))
     if dtype is None and (utils.is_integer_dtype(a.dtype) or utils.is_boolean_dtype(a.dtype)):
@@ -34,50 +36,29 @@ def sum_dims(a, dim=None, keepdim=False, *, dtype=None):
     return _keep(result, a, dims) if keepdim else result
 
 
-@decomposes(aten.mean.default, aten.mean.dim)
 def mean(a, dim=None, keepdim=False, *, dtype=None):
     return ltorch.mean(a, _dims(a, dim), keepdim, dtype=dtype)
 
 
-@decomposes(aten.prod.default, aten.prod.dim_int)
-def prod(a, dim=None, keepdim=False, *, dtype=None):
-    return ltorch.prod(a, dim, keepdim, dtype=dtype)
-
-
-@decomposes(aten.amax.default)
 def amax(a, dim=(), keepdim=False):
     return ltorch.amax(a, _dims(a, dim), keepdim)
 
 
-@decomposes(aten.amin.default)
 def amin(a, dim=(), keepdim=False):
     return ltorch.amin(a, _dims(a, dim), keepdim)
 
 
-@decomposes(aten.max.default)
 def max_all(a):
     """torch.max(x) with no dim (torchao's amax of a tensor); same value and gradient as amax."""
     return ltorch.amax(a, tuple(range(a.ndim)), False)
 
 
-@decomposes(aten.min.default)
 def min_all(a):
     return ltorch.amin(a, tuple(range(a.ndim)), False)
 
 
-@decomposes(aten.any.default, aten.any.dim, aten.any.dims, differentiable=False)
 def any_true(a, dim=None, keepdim=False):
     return ltorch.any_tensor(a, _dims(a, dim), keepdim)
-
-
-@decomposes(aten.argmax.default, differentiable=False)
-def argmax(a, dim=None, keepdim=False):
-    return ltorch.argmax(a, dim, keepdim)
-
-
-@decomposes(aten.argmin.default, differentiable=False)
-def argmin(a, dim=None, keepdim=False):
-    return ltorch.argmin(a, dim, keepdim)
 
 
 def _values_at(a, dim, indices, keepdim):
@@ -88,49 +69,51 @@ def _values_at(a, dim, indices, keepdim):
     return values if keepdim else clang.squeeze(values, (utils.canonicalize_dim(a.ndim, dim),))
 
 
-@decomposes(aten.max.dim)
 def max_dim(a, dim, keepdim=False):
     indices = ltorch.argmax(a, dim, True)
     return _values_at(a, dim, indices, keepdim), indices if keepdim else ltorch.squeeze(indices, dim)
 
 
-@decomposes(aten.min.dim)
 def min_dim(a, dim, keepdim=False):
     # argmax of the negation: thunder 0.2.6 has no gradient rule for prims.argmin
     indices = ltorch.argmax(prims.neg(a), dim, True) if dtypes.is_inexact_dtype(a.dtype) else ltorch.argmin(a, dim, True)
     return _values_at(a, dim, indices, keepdim), indices if keepdim else ltorch.squeeze(indices, dim)
 
 
-@decomposes(aten.var.correction)
 def var(a, dim=None, *, correction=None, keepdim=False):
     return ltorch.var(a, _dims(a, dim), keepdim=keepdim, correction=1 if correction is None else correction)
 
 
-@decomposes(aten.var.dim)
 def var_dim(a, dim, unbiased=True, keepdim=False):
     return ltorch.var(a, _dims(a, dim), keepdim=keepdim, correction=1 if unbiased else 0)
 
 
-@decomposes(aten.cumsum.default)
-def cumsum(a, dim, *, dtype=None):
-    return ltorch.cumsum(a, dim, dtype=dtype)
-
-
-@decomposes(aten.sort.default)
-def sort(a, dim=-1, descending=False):
-    return ltorch.sort(a, dim, descending)
-
-
-@decomposes(aten.topk.default)
-def topk(a, k, dim=-1, largest=True, sorted=True):
-    return ltorch.topk(a, k, dim, largest, sorted)
-
-
-@decomposes(aten._softmax.default)
 def softmax(a, dim, half_to_float):
     return ltorch._softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
 
 
-@decomposes(aten._log_softmax.default)
 def log_softmax(a, dim, half_to_float):
     return ltorch.log_softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
+
+
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.sum.dim_IntList, sum_dims),
+        AtenOp(aten.sum.default, sum_dims),
+        AtenOp(aten.mean.default, mean),
+        AtenOp(aten.mean.dim, mean),
+        AtenOp(aten.amax.default, amax),
+        AtenOp(aten.amin.default, amin),
+        AtenOp(aten.max.default, max_all),
+        AtenOp(aten.min.default, min_all),
+        AtenOp(aten.any.default, any_true, differentiable=False),
+        AtenOp(aten.any.dim, any_true, differentiable=False),
+        AtenOp(aten.any.dims, any_true, differentiable=False),
+        AtenOp(aten.max.dim, max_dim),
+        AtenOp(aten.min.dim, min_dim),
+        AtenOp(aten.var.correction, var),
+        AtenOp(aten.var.dim, var_dim),
+        AtenOp(aten._softmax.default, softmax),
+        AtenOp(aten._log_softmax.default, log_softmax),
+    )

@@ -9,28 +9,23 @@ from __future__ import annotations
 import sys
 
 import thunder.torch as ltorch
+import torch
 from thunder import clang
 from thunder.core import devices, dtypes, prims, utils
 
-from thunderplug_aten_ops._registry import aten, decomposes
+from thunderplug import AtenOp
+
+aten = torch.ops.aten
 
 
-@decomposes(aten.view.default, aten._unsafe_view.default)
 def view(a, size):
     return ltorch.reshape(a, tuple(size))
 
 
-@decomposes(aten.alias.default)
 def alias(a):
     return prims.shallow_copy(a)
 
 
-@decomposes(aten.detach.default)
-def detach(a):
-    return ltorch.detach(a)
-
-
-@decomposes(aten.clone.default)
 def clone(a, *, memory_format=None):
     """thunder tensors have no layout, so every memory format is the same copy."""
     return prims.clone(a)
@@ -41,18 +36,15 @@ def _copy_like(a, src):
     return prims.device_put(src, a.device) if src.device != a.device else src
 
 
-@decomposes(aten.copy.default)
 def copy(a, src, non_blocking=False):
     return _copy_like(a, src)
 
 
-@decomposes(aten.copy_.default)
 def copy_(a, src, non_blocking=False):
     """Functional: returns the copied values; ``a`` itself is not written (thunder has no aliasing)."""
     return _copy_like(a, src)
 
 
-@decomposes(aten._to_copy.default)
 def to_copy(a, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     result = prims.clone(a) if dtype is None or dtypes.to_dtype(dtype) == a.dtype else prims.convert_element_type(a, dtypes.to_dtype(dtype))
     if device is not None and devices.to_device(device) != a.device:
@@ -60,44 +52,25 @@ def to_copy(a, *, dtype=None, layout=None, device=None, pin_memory=None, non_blo
     return result
 
 
-@decomposes(aten.t.default)
 def t(a):
     utils.check(a.ndim <= 2, lambda: f"t() expects a tensor with <= 2 dimensions, but self is {a.ndim}D")
     return prims.transpose(a, (1, 0)) if a.ndim == 2 else a
 
 
-@decomposes(aten.transpose.int)
-def transpose(a, dim0, dim1):
-    return ltorch.transpose(a, dim0, dim1)
-
-
-@decomposes(aten.expand.default)
 def expand(a, size, *, implicit=False):
     return ltorch.expand(a, tuple(size))
 
 
-@decomposes(aten.permute.default)
 def permute(a, dims):
     return ltorch.permute(a, tuple(dims))
 
 
-@decomposes(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 def squeeze(a, dim=None):
     if dim is None:
         return ltorch.squeeze(a)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     dims = tuple(d for d in utils.canonicalize_dims(max(a.ndim, 1), dims) if a.ndim > 0 and a.shape[d] == 1)
     return clang.squeeze(a, dims) if dims else a
-
-
-@decomposes(aten.unsqueeze.default)
-def unsqueeze(a, dim):
-    return ltorch.unsqueeze(a, dim)
-
-
-@decomposes(aten.select.int)
-def select(a, dim, index):
-    return ltorch.select(a, dim, index)
 
 
 def _slice_bounds(size, start, end, step):
@@ -111,7 +84,6 @@ def _slice_bounds(size, start, end, step):
     return start, end
 
 
-@decomposes(aten.slice.Tensor)
 def slice_tensor(a, dim=0, start=None, end=None, step=1):
     dim = utils.canonicalize_dim(a.ndim, dim)
     start, end = _slice_bounds(a.shape[dim], start, end, step)
@@ -125,7 +97,6 @@ def _scatter_positions(a, src, dim, positions):
     return ltorch.index_copy(a, dim, index, src)
 
 
-@decomposes(aten.slice_scatter.default)
 def slice_scatter(a, src, dim=0, start=None, end=None, step=1):
     dim = utils.canonicalize_dim(a.ndim, dim)
     start, end = _slice_bounds(a.shape[dim], start, end, step)
@@ -135,14 +106,12 @@ def slice_scatter(a, src, dim=0, start=None, end=None, step=1):
     return _scatter_positions(a, src, dim, positions)
 
 
-@decomposes(aten.select_scatter.default)
 def select_scatter(a, src, dim, index):
     dim = utils.canonicalize_dim(a.ndim, dim)
     index = index + a.shape[dim] if index < 0 else index
     return _scatter_positions(a, ltorch.unsqueeze(src, dim), dim, (index,))
 
 
-@decomposes(aten.cat.default)
 def cat(tensors, dim=0):
     # ATen skips legacy empty 1-D tensors of shape (0,) when other tensors have more dims.
     kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
@@ -150,17 +119,10 @@ def cat(tensors, dim=0):
     return ltorch.cat([clang.maybe_convert_to_dtype(t, dtype) for t in kept], dim)
 
 
-@decomposes(aten.split_with_sizes.default)
 def split_with_sizes(a, split_sizes, dim=0):
     return list(ltorch.split(a, list(split_sizes), dim))
 
 
-@decomposes(aten.diagonal.default)
-def diagonal(a, offset=0, dim1=0, dim2=1):
-    return ltorch.diagonal(a, offset, dim1, dim2)
-
-
-@decomposes(aten.flip.default)
 def flip(a, dims):
     """Reversed gathers: thunder 0.2.6 has no gradient rule for prims.flip."""
     result = prims.clone(a)
@@ -170,12 +132,10 @@ def flip(a, dims):
     return result
 
 
-@decomposes(aten.repeat.default)
 def repeat(a, repeats):
     return ltorch.repeat(a, tuple(repeats))
 
 
-@decomposes(aten.as_strided.default)
 def as_strided(a, size, stride, storage_offset=None):
     """Indexes ``a``'s logical (contiguous) layout: exact for contiguous inputs, which is all thunder has."""
     offset = 0 if storage_offset is None else storage_offset
@@ -186,7 +146,6 @@ def as_strided(a, size, stride, storage_offset=None):
     return ltorch.reshape(clang.take(ltorch.reshape(a, (-1,)), index, 0), tuple(size))
 
 
-@decomposes(aten.constant_pad_nd.default)
 def constant_pad_nd(a, pad, value=0):
     return ltorch.pad(a, tuple(pad), value=value)
 
@@ -211,50 +170,33 @@ def _replicate(i, size):
     return min(max(i, 0), size - 1)
 
 
-@decomposes(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)
 def reflection_pad(a, padding):
     return _pad_by_index(a, padding, _reflect)
 
 
-@decomposes(aten.replication_pad2d.default, aten.replication_pad3d.default)
 def replication_pad(a, padding):
     return _pad_by_index(a, padding, _replicate)
 
 
-@decomposes(aten.index.Tensor)
 def index(a, indices):
     """Integer tensor indices (``None`` keeps a dim); boolean masks have data-dependent shapes."""
     return ltorch.getitem(a, tuple(slice(None) if i is None else i for i in indices))
 
 
-@decomposes(aten.index_put.default)
 def index_put(a, indices, values, accumulate=False):
     return ltorch.index_put(a, list(indices), clang.maybe_convert_to_dtype(values, a.dtype), accumulate)
 
 
-@decomposes(aten.index_select.default)
 def index_select(a, dim, index):
     if a.ndim == 0:
         return ltorch.reshape(clang.take(ltorch.reshape(a, (1,)), ltorch.reshape(index, (-1,)), 0), ())
     return ltorch.index_select(a, dim, index)
 
 
-@decomposes(aten.gather.default)
 def gather(a, dim, index, *, sparse_grad=False):
     return ltorch.gather(a, dim, index)
 
 
-@decomposes(aten.scatter.src, aten.scatter.value)
-def scatter(a, dim, index, src):
-    return ltorch.scatter(a, dim, index, src)
-
-
-@decomposes(aten.scatter_add.default)
-def scatter_add(a, dim, index, src):
-    return ltorch.scatter_add(a, dim, index, src)
-
-
-@decomposes(aten.scatter_reduce.two)
 def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
     """``sum`` and ``mean``; thunder has no scatter-max/min/prod, so those raise instead of guessing."""
     utils.check(reduce in ("sum", "mean"), lambda: f"scatter_reduce: reduce={reduce!r} is not supported, only 'sum' and 'mean'", NotImplementedError)
@@ -270,6 +212,39 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
     return prims.div(total, counts)
 
 
-@decomposes(aten.masked_scatter.default)
-def masked_scatter(a, mask, source):
-    return ltorch.masked_scatter(a, mask, source)
+def ops() -> tuple[AtenOp, ...]:
+    """This module's overloads and their decompositions."""
+    return (
+        AtenOp(aten.view.default, view),
+        AtenOp(aten._unsafe_view.default, view),
+        AtenOp(aten.alias.default, alias),
+        AtenOp(aten.clone.default, clone),
+        AtenOp(aten.copy.default, copy),
+        AtenOp(aten.copy_.default, copy_),
+        AtenOp(aten._to_copy.default, to_copy),
+        AtenOp(aten.t.default, t),
+        AtenOp(aten.expand.default, expand),
+        AtenOp(aten.permute.default, permute),
+        AtenOp(aten.squeeze.dim, squeeze),
+        AtenOp(aten.squeeze.dims, squeeze),
+        AtenOp(aten.squeeze.default, squeeze),
+        AtenOp(aten.slice.Tensor, slice_tensor),
+        AtenOp(aten.slice_scatter.default, slice_scatter),
+        AtenOp(aten.select_scatter.default, select_scatter),
+        AtenOp(aten.cat.default, cat),
+        AtenOp(aten.split_with_sizes.default, split_with_sizes),
+        AtenOp(aten.flip.default, flip),
+        AtenOp(aten.repeat.default, repeat),
+        AtenOp(aten.as_strided.default, as_strided),
+        AtenOp(aten.constant_pad_nd.default, constant_pad_nd),
+        AtenOp(aten.reflection_pad1d.default, reflection_pad),
+        AtenOp(aten.reflection_pad2d.default, reflection_pad),
+        AtenOp(aten.reflection_pad3d.default, reflection_pad),
+        AtenOp(aten.replication_pad2d.default, replication_pad),
+        AtenOp(aten.replication_pad3d.default, replication_pad),
+        AtenOp(aten.index.Tensor, index),
+        AtenOp(aten.index_put.default, index_put),
+        AtenOp(aten.index_select.default, index_select),
+        AtenOp(aten.gather.default, gather),
+        AtenOp(aten.scatter_reduce.two, scatter_reduce),
+    )
