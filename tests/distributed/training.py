@@ -51,21 +51,23 @@ def train(
     params: Callable[[], list[tuple[str, torch.Tensor]]] | None = None,
     grad_of: Callable[[str, torch.Tensor], torch.Tensor | None] = lambda name, p: plain(p.grad),
     before_step: Callable[[], None] = lambda: None,
+    loss: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] = lambda m, x, t: F.mse_loss(m(x), t),
     lr: float = 0.1,
 ) -> dict[str, Any]:
     """SGD steps of ``module`` on ``data``; returns ``{"losses": [...], "grads": [{name: grad}, ...]}``.
 
     ``params`` names what the optimizer trains (default ``module.named_parameters()``) and is read
     once, before the first step, as a user's optimizer would; ``grad_of`` turns a parameter's
-    gradient into a comparable tensor (e.g. the slice of a sharded gradient).
+    gradient into a comparable tensor (e.g. the slice of a sharded gradient); ``loss`` computes
+    the loss of a batch (default: MSE of ``module(x)``).
     """
     named = [(canonical(n), p) for n, p in (params() if params is not None else module.named_parameters())]
     optimizer = torch.optim.SGD([p for _, p in named], lr=lr)
     record: dict[str, Any] = {"losses": [], "grads": []}
     for x, target in data:
-        loss = F.mse_loss(module(x), target)
-        loss.backward()
-        record["losses"].append(loss.detach().clone())
+        value = loss(module, x, target)
+        value.backward()
+        record["losses"].append(plain(value))
         record["grads"].append({name: grad_of(name, p) for name, p in named})
         optimizer.step()
         optimizer.zero_grad()

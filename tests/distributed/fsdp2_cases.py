@@ -1,0 +1,99 @@
+"""Cases run on each rank by test_fsdp2.py: FSDP2 (``fully_shard``) with thunder-compiled blocks."""
+
+from __future__ import annotations
+
+import copy
+
+import thunder
+import torch
+from torch.distributed.fsdp import fully_shard
+
+import thunderplug
+from training import batches, train
+
+
+class Blocks(torch.nn.Module):
+    """A stack of blocks, sharded per block as torchtitan shards transformer layers."""
+
+    def __init__(self, width: int = 32, depth: int = 2):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
+            for _ in range(depth)
+        )
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def blocks(float8: bool = False) -> Blocks:
+    model = Blocks()
+    if float8:
+        from torchao.float8 import convert_to_float8_training
+
+        model = convert_to_float8_training(model)
+    return model
+
+
+def jit(module: torch.nn.Module) -> torch.nn.Module:
+    return thunder.jit(module, executors=thunderplug.discover())
+
+
+def shard(model: Blocks, *, compile_block=None, compile_after: bool = False) -> Blocks:
+    """torchtitan's order: (compile each block,) fully_shard each block, fully_shard the root."""
+    for i, layer in enumerate(model.layers):
+        if compile_block is not None and not compile_after:
+            layer = compile_block(layer)
+        fully_shard(layer)
+        if compile_block is not None and compile_after:
+            layer = compile_block(layer)
+        model.layers[i] = layer
+    fully_shard(model)
+    return model
+
+
+def _compare(rank, float8, **how):
+    """Eager FSDP2 against FSDP2 with thunder-compiled blocks; gradients of the sharded
+    parameters (what the optimizer steps) as full tensors."""
+    model = blocks(float8)
+    data = batches(rank, 32, 32)
+    eager = train(shard(copy.deepcopy(model)), data)
+    compiled = train(shard(copy.deepcopy(model), compile_block=jit, **how), data)
+    return {"eager": eager, "compiled": compiled}
+
+
+def jit_then_fully_shard(rank, world_size):
+    return _compare(rank, False)
+
+
+def jit_then_fully_shard_float8(rank, world_size):
+    return _compare(rank, True)
+
+
+def fully_shard_then_jit_float8(rank, world_size):
+    return _compare(rank, True, compile_after=True)
+
+
+def _float8_all_gather(rank, precompute: bool):
+    """torchao's float8 all-gather: weights cast to float8 before FSDP2 gathers them."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    model = convert_to_float8_training(Blocks(), config=config)
+    data = batches(rank, 32, 32)
+    runs = {}
+    for key, compile_block in (("eager", None), ("compiled", jit)):
+        sharded = shard(copy.deepcopy(model), compile_block=compile_block)
+        after = (lambda m=sharded: precompute_float8_dynamic_scale_for_fsdp(m)) if precompute else (lambda: None)
+        runs[key] = train(sharded, data, before_step=after)
+    return runs
+
+
+def float8_all_gather(rank, world_size):
+    return _float8_all_gather(rank, precompute=False)
+
+
+def float8_all_gather_precomputed_scales(rank, world_size):
+    return _float8_all_gather(rank, precompute=True)

@@ -1,0 +1,29 @@
+"""FSDP2 (``fully_shard``) with thunder-compiled blocks, 2 gloo ranks, against eager FSDP2.
+
+Both orders users write: torchtitan's (jit each block, then ``fully_shard``: thunder must train
+the sharded parameters FSDP2 swaps in, not the full copies it captured) and the reverse (FSDP2's
+hooks run eagerly around the compiled block), with torchao float8 and its float8 all-gather
+(``WeightWithDynamicFloat8CastTensor``, ``precompute_float8_dynamic_scale_for_fsdp``). Every loss
+and every gradient of the sharded parameters over 3 steps, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import assert_runs_match, distributed_job, results_of
+
+CASES = [
+    "jit_then_fully_shard",
+    "jit_then_fully_shard_float8",
+    "fully_shard_then_jit_float8",
+    "float8_all_gather",
+    "float8_all_gather_precomputed_scales",
+]
+job = distributed_job("fsdp2_cases", CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_eager_fsdp2_bit_for_bit(job, case):
+    for result in results_of(job, case):
+        assert_runs_match(result["compiled"], result["eager"])
