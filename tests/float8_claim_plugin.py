@@ -6,8 +6,8 @@ tell the rules apart. It counts how often its rule is traced."""
 import torch
 from torchao.float8.float8_training_tensor import Float8TrainingTensor
 
-from thunderplug import Claim, Priority, Stage, hookimpl
-from thunderplug.subclass_proxy import SubclassTensorProxy
+from thunderplug import SubclassOpClaim, hookimpl
+from thunderplug.subclass.values import SubclassTensorProxy
 
 calls = {"forward": 0, "backward": 0}
 
@@ -51,14 +51,12 @@ def plugin(executor_name: str):
         @hookimpl
         def register_claims(self, register):
             register(
-                Claim(
+                SubclassOpClaim(
                     executor=executor_name,
-                    stage=Stage.BEFORE_AUTODIFF,
                     target="Float8TrainingTensor.torch.mm",
                     checker=float8_mm_checker,
                     forward=float8_mm_forward,
                     backward=float8_mm_backward,
-                    priority=Priority.BEFORE_AUTODIFF,
                 )
             )
 

@@ -93,7 +93,7 @@ def test_explain_shows_the_claim_and_the_declines(register_plugin):
 
 
 def test_fusion_claims_restrict_what_a_fuser_takes(register_plugin):
-    from thunderplug import Claim, ExecutorSpec, Priority, Stage, hookimpl
+    from thunderplug import ExecutorSpec, FusionFilter, Priority, hookimpl
 
     class TorchCompileFuser:
         @hookimpl
@@ -104,10 +104,9 @@ def test_fusion_claims_restrict_what_a_fuser_takes(register_plugin):
         @hookimpl
         def register_claims(self, register):
             register(
-                Claim(
+                FusionFilter(
                     executor="no_sin",
-                    stage=Stage.FUSION,
-                    target="torchcompile",
+                    fuser="torchcompile",
                     checker=lambda bsym: "sin stays out" if "sin" in bsym.sym.name else None,
                 )
             )

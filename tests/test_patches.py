@@ -1,4 +1,4 @@
-"""Every patch of thunder listed in docs/patches.md: installed, inert without discover(), effective with it."""
+"""Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without discover(), effective with it."""
 
 import dataclasses
 import subprocess
@@ -14,28 +14,63 @@ from thunder.torch.experimental import dtensor_proxy
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug import patches
+from thunderplug.thunder_compat import patches
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _current(patch):
+    value = patch.read()
+    return value.__func__ if isinstance(value, staticmethod) else value
+
+
 def test_patches_are_installed_once_by_discover():
     thunderplug.discover()
-    assert dtensor_proxy.proxify_dtensor is patches._proxify
-    assert Symbol.__call__ is patches._symbol_call
-    assert jit_ext._general_jit_lookaside_map[isinstance] is patches._isinstance_lookaside
-    assert jit_ext._general_jit_lookaside_map[type.__call__] is patches._type_call
-    assert SigInfo.from_name_and_args is patches._siginfo_from_name_and_args
-    assert jit_ext._general_jit_lookaside_map[patches._FUNCTION_APPLY] is patches._autograd_function_apply
-    before = dict(patches._originals)
+    assert patches.is_installed()
+    installed = {patch.name: _current(patch) for patch in patches.PATCHES}
     patches.install()
-    assert patches._originals == before
+    assert {patch.name: _current(patch) for patch in patches.PATCHES} == installed
+    assert dtensor_proxy.proxify_dtensor is installed["proxify"]
+    assert Symbol.__call__ is installed["Symbol.__call__"]
+    assert jit_ext._general_jit_lookaside_map[isinstance] is installed["isinstance lookaside"]
+    assert SigInfo.from_name_and_args is installed["SigInfo.from_name_and_args"]
 
 
-def test_every_patch_is_listed_in_the_docs():
-    listed = (ROOT / "docs" / "patches.md").read_text()
-    for name in ("proxify_dtensor", "Symbol.__call__", "isinstance", "type.__call__", "SigInfo.from_name_and_args", "Function.apply", "autograd_function_apply", "thunder.jit"):
-        assert f"`{name}`" in listed, name
+def test_uninstall_restores_thunder_exactly():
+    thunderplug.discover()
+    patched = {patch.name: _current(patch) for patch in patches.PATCHES}
+    patches.uninstall()
+    try:
+        restored = {patch.name: _current(patch) for patch in patches.PATCHES}
+        assert all(restored[name] is not patched[name] for name in patched)
+        assert Symbol.__call__.__module__ == "thunder.core.symbol"
+        assert dtensor_proxy.proxify_dtensor.__module__.startswith("thunder.")
+        assert type.__call__ not in jit_ext._general_jit_lookaside_map  # thunder had no entry there
+
+        def fn(x):
+            return isinstance(x, TwoTensor), x * 2
+
+        jitted = thunder.jit(fn)
+        is_two_tensor, _ = jitted(TwoTensor(torch.randn(2), torch.randn(2)))
+        assert is_two_tensor is False and "check_not_subclass" not in str(thunder.last_traces(jitted)[0])
+    finally:
+        patches.install()
+    assert {patch.name: _current(patch) for patch in patches.PATCHES}.keys() == patched.keys()
+
+
+def test_installed_context_manager_restores_what_it_installed():
+    thunderplug.discover()
+    patches.uninstall()
+    try:
+        with patches.installed():
+            assert patches.is_installed()
+        assert not patches.is_installed()
+    finally:
+        patches.install()
+
+
+def test_docs_patches_md_is_what_the_table_generates():
+    assert (ROOT / "docs" / "patches.md").read_text() == patches.markdown()
 
 
 def test_plain_thunder_jit_keeps_thunder_behaviour():

@@ -9,7 +9,7 @@ from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
 from subclasses import NotTraceable, ScaledTensor
-from thunderplug.subclass_ops import SubclassDispatchError
+from thunderplug.subclass.unroll import SubclassDispatchError
 
 @pytest.fixture(scope="module", params=["default", "torchcompile"])
 def executors(request):

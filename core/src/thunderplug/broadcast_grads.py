@@ -159,7 +159,7 @@ def executor() -> BroadcastGradExecutor:
     """The process-wide grad-only executor (built on first use)."""
     global _executor
     if _executor is None:
-        from thunderplug import __version__
+        from thunderplug.version import __version__
 
         ex = BroadcastGradExecutor(EXECUTOR_NAME, version=__version__)
         for prim_id in CANDIDATE_PRIMS:

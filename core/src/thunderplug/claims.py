@@ -1,86 +1,115 @@
-"""Claims turned into thunder executors, and the record of who declined what and why.
+"""Claims turned into thunder executors; every checker answer goes to the compilation's record.
 
 thunder asks executors in list order: the first that can execute an op decides its gradient rule
 and executes it. ``discover()`` orders claim executors by priority, so a before-autodiff claim
 (``Priority.BEFORE_AUTODIFF``) is asked right after the core executor, which steps aside for it,
 and before any fuser, whatever the install order.
+
+A plugin's claim can be wrong in two ordinary ways, and neither may reach the user's call as a
+raw exception or a wrong number: a checker that raises declines (the plugin is reported failed),
+and a claim forward whose outputs disagree with the op's own fake forward (shape, dtype, type,
+flatten context) is refused at compile time with an error naming the claim, plugin and op.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import torch
+import torch.utils._pytree as torch_pytree
+from thunder.core import dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.extend import FusionExecutor, OperatorExecutor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.specs import Claim, Stage
+from thunderplug.aten import registered_symbol, user_location
+from thunderplug.compilation import Decision, current_record
+from thunderplug.fake import fake_mode, to_fake
+from thunderplug.specs import AtenKernelClaim, Claim, FunctionClaim, FusionFilter, SubclassOpClaim
+from thunderplug.subclass.autodiff import forward_and_backward
+from thunderplug.subclass.dispatch import torch_function_of
+from thunderplug.subclass.symbols import subclass_op_id, unrolled_op_symbol
+from thunderplug.subclass.values import SubclassTensorProxy, to_fake_tensor
+
+log = logging.getLogger("thunderplug")
+
+#: Called with the error when a plugin's checker raises (the host marks that plugin failed).
+OnError = Callable[[BaseException], None]
 
 
-@dataclass(frozen=True)
-class Decision:
-    """One answer of a claim's checker: accepted (``reason is None``) or declined and why."""
-
-    executor: str
-    stage: str
-    target: str
-    reason: str | None
+class ClaimError(RuntimeError):
+    """A plugin's claim produced something the op it claims does not."""
 
 
-decisions: dict[tuple[str, str], Decision] = {}  # (executor, target) -> latest answer
-
-
-def claim_executor(name: str, claims: list[Claim]) -> OperatorExecutor:
+def claim_executor(
+    name: str, claims: list[Claim], *, plugin: str | None = None, on_error: OnError | None = None
+) -> OperatorExecutor:
+    """One executor for the claims a plugin made under ``name``."""
     executor = OperatorExecutor(name, version="claims")
-    executor.whole_functions = {claim.function_name for claim in claims if claim.whole_function}
+    executor.whole_functions = {claim.target for claim in claims if isinstance(claim, FunctionClaim)}
+    origin = f"claim of executor {name!r}" + (f" (plugin {plugin!r})" if plugin else "")
     for claim in claims:
-        if claim.whole_function:
-            continue  # taken at interpretation time: patches._autograd_function_apply
-        if claim.stage == Stage.BEFORE_AUTODIFF:
-            _claim_subclass_op(executor, claim)
-        else:
-            _claim_aten_op(executor, claim)
+        if isinstance(claim, SubclassOpClaim):
+            _claim_subclass_op(executor, claim, origin, on_error)
+        elif isinstance(claim, AtenKernelClaim):
+            _claim_aten_kernel(executor, claim, origin, on_error)
+        # FunctionClaims are taken at interpretation time (the Function.apply lookaside);
+        # FusionFilters restrict fusers (restrict_fusers).
     return executor
 
 
-def _recording_checker(executor: OperatorExecutor, claim: Claim) -> Callable[..., bool]:
-    target = str(claim.target)
+def _decide(executor: str, claim: Claim, target: str, reason: str | None) -> None:
+    record = current_record()
+    if record is not None:
+        record.decide(Decision(executor, claim.stage, target, reason))
 
+
+def _ask(claim: Claim, origin: str, on_error: OnError | None, *args: Any, **kwargs: Any) -> str | None:
+    """The checker's answer; a checker that raises declines, and its plugin is reported."""
+    try:
+        return claim.checker(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - a plugin's bug must not reach the user's call
+        log.warning("thunderplug: the checker of the %s on %s raised %r; declined", origin, claim.target, error)
+        if on_error is not None:
+            on_error(error)
+        return f"checker raised {type(error).__name__}: {error}"
+
+
+def _recording_checker(executor: OperatorExecutor, claim: Claim, origin: str, on_error: OnError | None):
     def check(*args: Any, **kwargs: Any) -> bool:
-        reason = claim.checker(*args, **kwargs)
-        decisions[(executor.name, target)] = Decision(executor.name, claim.stage, target, reason)
+        reason = _ask(claim, origin, on_error, *args, **kwargs)
+        _decide(executor.name, claim, claim.target, reason)
         return reason is None
 
     return check
 
 
-def _claim_subclass_op(executor: OperatorExecutor, claim: Claim) -> None:
-    from thunderplug.core_executor import active_core_executor
-    from thunderplug.subclass_autodiff import forward_and_backward
-    from thunderplug.subclass_ops import subclass_op_symbol, torch_function_of
+def _claim_subclass_op(executor: OperatorExecutor, claim: SubclassOpClaim, origin: str, on_error: OnError | None):
+    forward = unrolled_op_symbol(f"{claim.target}.{executor.name}.forward", claim.forward, differentiable=False)
+    backward = unrolled_op_symbol(
+        f"{claim.target}.{executor.name}.backward", _backward_of(claim.backward), differentiable=False
+    )
+    op = torch_function_of(claim.target)
 
-    target = str(claim.target)
-
-    def symbols():
-        table = active_core_executor().aten
-        forward = claim.forward or torch_function_of(target)
-        return (
-            subclass_op_symbol(f"{target}.{executor.name}.forward", forward, table, differentiable=False),
-            subclass_op_symbol(f"{target}.{executor.name}.backward", _backward_of(claim.backward), table, differentiable=False),
-        )
-
-    def execution_transform(*args: Any, **kwargs: Any) -> Any:
-        return symbols()[0](*args, **kwargs)
+    def checked_forward(*args: Any, **kwargs: Any) -> Any:
+        result = forward(*args, **kwargs)
+        _check_outputs(origin, claim.target, op, args, kwargs, result)
+        return result
 
     def grad_transform(*args: Any, **kwargs: Any) -> Any:
-        return forward_and_backward(*symbols(), args, kwargs)
+        result = forward_and_backward(forward, backward, args, kwargs)
+        _check_outputs(origin, claim.target, op, args, kwargs, result)
+        return result
 
     executor.register_implementation(
-        f"thunderplug.subclass.{target}",
-        checker=_recording_checker(executor, claim),
-        execution_transform=execution_transform,
+        subclass_op_id(claim.target),
+        checker=_recording_checker(executor, claim, origin, on_error),
+        execution_transform=checked_forward,
         grad_transform=grad_transform,
     )
 
@@ -94,23 +123,60 @@ def _backward_of(backward: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _claim_aten_op(executor: OperatorExecutor, claim: Claim) -> None:
-    from thunderplug.aten import registered_symbol
+def _check_outputs(origin: str, target: str, op: Callable[..., Any], args: tuple, kwargs: dict, result: Any) -> None:
+    """Compare a claim's forward outputs with the op's own forward on fakes."""
 
-    symbol = registered_symbol(claim.target)
+    def fake(value: Any) -> Any:
+        return to_fake_tensor(value) if isinstance(value, TensorProxy) else to_fake(value)
+
+    with fake_mode():
+        flat, spec = tree_flatten((args, kwargs))
+        fake_args, fake_kwargs = spec.unflatten([fake(x) for x in flat])
+        expected = torch_pytree.tree_leaves(op(*fake_args, **fake_kwargs))
+    got = tree_flatten(result)[0]
+    if len(got) != len(expected):
+        raise ClaimError(f"the {origin} on {target} returns {len(got)} values, {target} returns {len(expected)}")
+    for index, (mine, theirs) in enumerate(zip(got, expected)):
+        if not isinstance(theirs, torch.Tensor):
+            continue
+        want = _describe_fake(theirs)
+        have = _describe_proxy(mine)
+        if have != want:
+            raise ClaimError(
+                f"the {origin} on {target} is wrong{user_location()}: output {index} is {have}, but {target} "
+                f"gives {want}; fix the claim's forward"
+            )
+
+
+def _describe_fake(value: torch.Tensor) -> tuple:
+    if is_traceable_wrapper_subclass(value):
+        return (type(value).__name__, tuple(value.shape), value.dtype, value.__tensor_flatten__()[1])
+    return ("Tensor", tuple(value.shape), value.dtype, None)
+
+
+def _describe_proxy(value: Any) -> tuple:
+    if isinstance(value, SubclassTensorProxy):
+        return (value.subclass_type.__name__, tuple(value.shape), dtypes.to_torch_dtype(value.dtype), value.layout.ctx)
+    if isinstance(value, TensorProxy):
+        return ("Tensor", tuple(value.shape), dtypes.to_torch_dtype(value.dtype), None)
+    return (type(value).__name__, (), None, None)
+
+
+def _claim_aten_kernel(executor: OperatorExecutor, claim: AtenKernelClaim, origin: str, on_error: OnError | None):
+    symbol = registered_symbol(claim.overload)
     operation = executor.register_operator(
-        f"{executor.name}_{claim.target._opname}_{claim.target._overloadname}", like=symbol, fn=claim.forward
+        f"{executor.name}_{claim.overload._opname}_{claim.overload._overloadname}", like=symbol, fn=claim.kernel
     )
-    executor.register_implementation(symbol, operation, checker=_recording_checker(executor, claim))
+    executor.register_implementation(symbol, operation, checker=_recording_checker(executor, claim, origin, on_error))
 
 
-def restrict_fusers(executors: list, fusion_claims: list[Claim]) -> list:
-    """Apply ``Stage.FUSION`` claims: each restricted fuser is replaced, in this list only, by a
-    copy whose ``can_fuse`` also asks the claims' checkers (thunder's registered executor and
-    plain ``thunder.jit`` are untouched)."""
-    by_fuser: dict[str, list[Claim]] = {}
-    for claim in fusion_claims:
-        by_fuser.setdefault(str(claim.target), []).append(claim)
+def restrict_fusers(executors: list, filters: list[FusionFilter]) -> list:
+    """Apply fusion filters: each restricted fuser is replaced, in this list only, by a copy whose
+    ``can_fuse`` also asks the filters (thunder's registered executor and plain ``thunder.jit``
+    are untouched)."""
+    by_fuser: dict[str, list[FusionFilter]] = {}
+    for claim in filters:
+        by_fuser.setdefault(claim.fuser, []).append(claim)
     result = []
     for executor in executors:
         claims = by_fuser.get(str(executor.name))
@@ -120,14 +186,14 @@ def restrict_fusers(executors: list, fusion_claims: list[Claim]) -> list:
     return result
 
 
-def _restricted(fuser: FusionExecutor, claims: list[Claim]) -> FusionExecutor:
+def _restricted(fuser: FusionExecutor, filters: list[FusionFilter]) -> FusionExecutor:
     restricted = copy.copy(fuser)
     can_fuse = fuser.can_fuse
 
     def can_fuse_unless_declined(bsym: Any) -> bool:
-        for claim in claims:
-            reason = claim.checker(bsym)
-            decisions[(str(fuser.name), bsym.sym.name)] = Decision(claim.executor, Stage.FUSION, bsym.sym.name, reason)
+        for claim in filters:
+            reason = _ask(claim, f"fusion filter {claim.executor!r}", None, bsym)
+            _decide(str(fuser.name), claim, bsym.sym.name, reason)
             if reason is not None:
                 return False
         return can_fuse(bsym)

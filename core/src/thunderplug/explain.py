@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from thunderplug.claims import decisions
+from thunderplug.compilation import CompilationRecord, record_of
 from thunderplug.specs import Stage
+from thunderplug.subclass.symbols import is_subclass_op
+from thunderplug.thunder_compat import bound_symbol_printables
 
 _BOOKKEEPING = {"unpack_trivial", "unpack_sequence", "python_return", "python_del", "del", "comment", "return"}
 
@@ -33,8 +35,7 @@ def explain(jitted: Any) -> list[Row]:
     """Rows for the last compilation of a ``thunder.jit`` function or module."""
     import thunder
 
-    from thunderplug.subclass_ops import is_subclass_op
-
+    record = record_of(jitted)
     traces = thunder.last_traces(jitted)
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
@@ -42,7 +43,7 @@ def explain(jitted: Any) -> list[Row]:
     executors = list(thunder.compile_data(jitted).executors_list)
     for bsym in _walk(traces[0].bound_symbols):
         if is_subclass_op(bsym.sym) and not bsym.sym.name.endswith("_backward"):
-            rows.append(_before_autodiff_row(bsym, executors))
+            rows.append(_before_autodiff_row(bsym, executors, record))
     backward = thunder.last_backward_traces(jitted)
     for name, trace in (("forward", traces[-1]), ("backward", backward[-1] if backward else None)):
         if trace is None:
@@ -50,25 +51,23 @@ def explain(jitted: Any) -> list[Row]:
         for bsym in trace.bound_symbols:
             if bsym.sym.name in _BOOKKEEPING or bsym.sym.name.startswith("unpack") or bsym.sym.name.startswith("clear"):
                 continue
-            rows.append(Row(name, _op_name(bsym), _executor_name(bsym), "execution", _declines_for(bsym.sym.name)))
+            rows.append(Row(name, _op_name(bsym), _executor_name(bsym), "execution", _declines_for(bsym.sym.name, record)))
     return rows
 
 
 def _walk(bsyms: list) -> Any:
     """Bound symbols and, except inside subclass ops, their subsymbols (autograd.Function
     symbols hold the subclass ops of their forward)."""
-    from thunderplug.subclass_ops import is_subclass_op
-
     for bsym in bsyms:
         yield bsym
         if not is_subclass_op(bsym.sym):
             yield from _walk(bsym.subsymbols)
 
 
-def _before_autodiff_row(bsym: Any, executors: list) -> Row:
+def _before_autodiff_row(bsym: Any, executors: list, record: CompilationRecord) -> Row:
     target = bsym.sym.name
     display = target
-    printed = bsym.sym.python_printer(bsym, bsym._out_printables, bsym._arg_printables, bsym._kwarg_printables)
+    printed = bsym.sym.python_printer(bsym, *bound_symbol_printables(bsym))
     if isinstance(printed, str) and "= " in printed:
         display = printed.split("= ", 1)[1].split("(", 1)[0]
     for executor in executors:
@@ -76,7 +75,7 @@ def _before_autodiff_row(bsym: Any, executors: list) -> Row:
             return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF)
     declined = []
     for executor in (ex.name for ex in executors):
-        decision = decisions.get((executor, display))
+        decision = record.latest_decision(executor, display)
         if decision is None:
             continue
         if decision.reason is None:
@@ -85,10 +84,11 @@ def _before_autodiff_row(bsym: Any, executors: list) -> Row:
     return Row("program", display, "thunderplug (autodiff of the outer op, then unrolled)", Stage.BEFORE_AUTODIFF, tuple(declined))
 
 
-def _declines_for(op_name: str) -> tuple[str, ...]:
+def _declines_for(op_name: str, record: CompilationRecord) -> tuple[str, ...]:
+    latest = {(d.executor, d.target): d for d in record.decisions}
     return tuple(
         f"{d.executor}: {d.reason}"
-        for d in decisions.values()
+        for d in latest.values()
         if d.reason is not None and d.stage == Stage.AFTER_UNROLLING and d.target.split(".")[-2] in op_name
     )
 

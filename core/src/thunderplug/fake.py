@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import threading
 from typing import Any
 
 import torch
@@ -12,10 +12,17 @@ from thunder.core.pytree import tree_map
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 
-@functools.cache
+_per_thread = threading.local()
+
+
 def fake_mode() -> FakeTensorMode:
-    """One shared mode: fake tensors from different modes cannot be mixed in one op."""
-    return FakeTensorMode(allow_non_fake_inputs=True)
+    """This thread's mode. Fake tensors of different modes cannot be mixed in one op, so each
+    thread uses one mode for all its compilations; a mode entered from two threads at once
+    corrupts its state ("Attempted to unset FakeTensorMode"), so no two threads share one."""
+    mode = getattr(_per_thread, "mode", None)
+    if mode is None:
+        mode = _per_thread.mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return mode
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from thunder.extend import Executor
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -23,6 +27,7 @@ class Priority:
     """
 
     CORE = 1000  #: thunderplug's own interpretation-time executor
+    GRADIENT_RULES = 900  #: executors that only answer gradient rules (thunderplug_broadcast_grads)
     BEFORE_AUTODIFF = 500  #: executors that claim an op whole, with their own fwd+bwd
     FUSER = 100  #: fusion executors (nvFuser, torch.compile regions)
     DIRECT = 10  #: run what is left op by op (e.g. ATen overloads as themselves)
@@ -33,13 +38,17 @@ class ExecutorSpec:
     """One thunder executor a plugin provides.
 
     ``factory`` builds the :class:`thunder.extend.Executor` and is only called when the executor is
-    selected, so unused executors never import their heavy dependencies.
+    selected, so unused executors never import their heavy dependencies. ``unavailable_reason``,
+    when given, says why this one executor cannot run here (``None``: it can); it is asked before
+    the factory, so one plugin can offer executors for different machines (nvFuser on CUDA, a
+    torch.compile fuser elsewhere) through one entry point.
     """
 
     name: str
-    factory: Callable[[], Any]
+    factory: Callable[[], Executor]
     priority: int = Priority.DIRECT
     description: str = ""
+    unavailable_reason: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -66,65 +75,141 @@ class AtenOp:
         return f"torch.ops.{self.overload.namespace}.{self.overload._opname}.{self.overload._overloadname}"
 
 
-class Stage:
+class Stage(str, Enum):
     """When a claim is decided (docs/claims.md)."""
 
-    BEFORE_AUTODIFF = "before autodiff"  #: takes a subclass op whole, with its own fwd+bwd
+    BEFORE_AUTODIFF = "before autodiff"  #: takes a subclass op or a whole autograd.Function, with its own fwd+bwd
     AFTER_UNROLLING = "after unrolling"  #: takes an ATen op of the unrolled program
     FUSION = "fusion"  #: restricts which operations a fusion executor may take
 
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+#: A checker returns ``None`` to accept, or a short reason to decline ("K not divisible by 16");
+#: ``thunderplug explain`` shows the reasons.
+Checker = Callable[..., "str | None"]
+
+
+def accept_all(*args: Any, **kwargs: Any) -> None:
+    """The checker of a claim that takes every call."""
+    return None
+
+
+def _check_executor_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise ValueError(f"executor name {name!r} must match {_NAME.pattern}")
+
 
 @dataclass(frozen=True)
-class Claim:
-    """One op an executor takes, decided by ``checker`` on the op's arguments (proxies).
+class SubclassOpClaim:
+    """An executor takes a subclass op before autodiff, with its own forward and backward.
 
-    ``checker`` returns ``None`` to accept or a short reason to decline ("needs CUDA", "K not
-    divisible by 16"); ``thunderplug.explain`` shows the reasons. Implementations are written in
-    torch and run on the op's real argument types:
-
-    * ``Stage.BEFORE_AUTODIFF``, ``target`` a subclass op name such as
-      ``"Float8TrainingTensor.torch.mm"``: ``forward(*args)`` computes the op and
-      ``backward(*args, grad)`` returns one gradient per tensor argument (``None`` for none). Both
-      are traced on FakeTensors and unrolled into ATen ops like any subclass op, so the rule
-      replaces autodiff of the op, never the subclass's dispatch.
-    * ``Stage.AFTER_UNROLLING``, ``target`` an ATen overload: ``forward(*args, **kwargs)`` runs it
-      (e.g. a library kernel) instead of its decomposition.
-    * ``Stage.FUSION``, ``target`` the name of a fusion executor (``"torchcompile"``): it may only
-      fuse an operation when ``checker(bsym)`` (the bound symbol) returns ``None``.
-    * ``Stage.BEFORE_AUTODIFF``, ``target`` a ``torch.autograd.Function`` class (or its dotted
-      path, ``"torchao.float8.float8_linear.matmul_with_hp_or_float8_args"``), no forward or
-      backward: calls of its ``apply`` become one op, traced by running the Function itself on
-      FakeTensors (its forward, and its own backward through ``torch.autograd.grad``) instead of
-      thunder interpreting its Python code line by line. Much faster to compile for library
-      Functions such as torchao's ``matmul_with_hp_or_float8_args``.
+    ``target`` names the op as traces show it: ``"Float8TrainingTensor.torch.mm"`` (class name, then
+    the torch function's dotted path). ``forward(*args)`` and ``backward(*args, *cotangents)`` are
+    written in torch and traced on the op's real argument types (fakes of the subclass); the
+    backward returns one gradient per tensor argument.
     """
 
     executor: str
-    stage: str
-    target: Any
-    checker: Callable[..., str | None]
-    forward: Callable[..., Any] | None = None
-    backward: Callable[..., Any] | None = None
+    target: str
+    checker: Checker
+    forward: Callable[..., Any]
+    backward: Callable[..., Any]
     priority: int = Priority.BEFORE_AUTODIFF
-
-    @property
-    def whole_function(self) -> bool:
-        """True for a claim on a whole ``torch.autograd.Function`` (no forward or backward given)."""
-        return self.stage == Stage.BEFORE_AUTODIFF and self.forward is None and self.backward is None
-
-    @property
-    def function_name(self) -> str:
-        """``module.QualName`` of a whole-Function target (a class, or that dotted path as a string,
-        which lets a plugin claim a library's Function without importing the library)."""
-        target = self.target
-        return target if isinstance(target, str) else f"{target.__module__}.{target.__qualname__}"
+    stage: ClassVar[Stage] = Stage.BEFORE_AUTODIFF
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.executor):
-            raise ValueError(f"executor name {self.executor!r} must match {_NAME.pattern}")
-        if self.stage not in (Stage.BEFORE_AUTODIFF, Stage.AFTER_UNROLLING, Stage.FUSION):
-            raise ValueError(f"unknown claim stage {self.stage!r}")
-        if self.stage == Stage.BEFORE_AUTODIFF and self.backward is None and not self.whole_function:
-            raise ValueError(f"a before-autodiff claim of {self.target} needs a backward")
-        if self.stage == Stage.AFTER_UNROLLING and self.forward is None:
-            raise ValueError(f"an after-unrolling claim of {self.target} needs a forward")
+        _check_executor_name(self.executor)
+        class_name, _, path = self.target.partition(".")
+        if not class_name or not path.startswith("torch."):
+            raise ValueError(
+                f"claim target {self.target!r} must be '<SubclassName>.torch.<function>' "
+                "(e.g. 'Float8TrainingTensor.torch.mm')"
+            )
+        if not callable(_torch_attribute(path)):
+            raise ValueError(f"claim target {self.target!r} names no torch function: {path} does not exist")
+
+
+@dataclass(frozen=True)
+class FunctionClaim:
+    """An executor takes every ``apply`` of a whole ``torch.autograd.Function`` before autodiff.
+
+    The call becomes one op traced by running the Function itself on FakeTensors (its forward,
+    and its own backward through ``torch.autograd.grad``) instead of thunder interpreting its
+    Python line by line. ``function`` is the class or its dotted path
+    (``"torchao.float8.float8_linear.matmul_with_hp_or_float8_args"``), so a plugin can claim a
+    library's Function without importing the library.
+    """
+
+    executor: str
+    function: type | str
+    checker: Checker = accept_all
+    priority: int = Priority.BEFORE_AUTODIFF
+    stage: ClassVar[Stage] = Stage.BEFORE_AUTODIFF
+
+    def __post_init__(self) -> None:
+        _check_executor_name(self.executor)
+
+    @property
+    def target(self) -> str:
+        """``module.QualName`` of the Function."""
+        function = self.function
+        return function if isinstance(function, str) else f"{function.__module__}.{function.__qualname__}"
+
+
+@dataclass(frozen=True)
+class AtenKernelClaim:
+    """An executor runs an ATen overload of the unrolled program with its own ``kernel``."""
+
+    executor: str
+    overload: Any  # torch._ops.OpOverload
+    kernel: Callable[..., Any]
+    checker: Checker = accept_all
+    priority: int = Priority.DIRECT
+    stage: ClassVar[Stage] = Stage.AFTER_UNROLLING
+
+    def __post_init__(self) -> None:
+        _check_executor_name(self.executor)
+
+    @property
+    def target(self) -> str:
+        return f"torch.ops.{self.overload.namespace}.{self.overload._opname}.{self.overload._overloadname}"
+
+
+@dataclass(frozen=True)
+class FusionFilter:
+    """Restricts what the fusion executor named ``fuser`` may take: an operation is fused only if
+    ``checker(bsym)`` accepts it. ``executor`` names the filter in ``explain``."""
+
+    executor: str
+    fuser: str
+    checker: Checker
+    stage: ClassVar[Stage] = Stage.FUSION
+    priority: ClassVar[int] = Priority.FUSER
+
+    def __post_init__(self) -> None:
+        _check_executor_name(self.executor)
+
+    @property
+    def target(self) -> str:
+        return self.fuser
+
+
+def _torch_attribute(path: str) -> Any:
+    """``torch.nn.functional.linear`` -> that object, or ``None`` (imports torch only when asked)."""
+    import torch
+
+    target: Any = torch
+    for part in path.split(".")[1:]:
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return target
+
+
+#: Everything ``register_claims`` accepts.
+Claim = SubclassOpClaim | FunctionClaim | AtenKernelClaim | FusionFilter
+CLAIM_TYPES: tuple[type, ...] = (SubclassOpClaim, FunctionClaim, AtenKernelClaim, FusionFilter)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thunderplug import Claim, Priority, Stage, hookimpl
+from thunderplug import FunctionClaim, SubclassOpClaim, hookimpl
 from thunderplug.availability import missing_package_reason
 
 FLOAT8_LINEAR_FUNCTION = "torchao.float8.float8_linear.matmul_with_hp_or_float8_args"
@@ -33,15 +33,13 @@ def _rule(name: str):
 def register_claims(register) -> None:
     # Float8Linear's autograd.Function as one op: traced on fakes (its forward and its own
     # backward) instead of thunder interpreting torchao's Python line by line (tens of seconds).
-    register(Claim("float8", Stage.BEFORE_AUTODIFF, FLOAT8_LINEAR_FUNCTION, checker=lambda *args, **kwargs: None))
+    register(FunctionClaim("float8", FLOAT8_LINEAR_FUNCTION))
     register(
-        Claim(
+        SubclassOpClaim(
             executor="float8",
-            stage=Stage.BEFORE_AUTODIFF,
             target="Float8TrainingTensor.torch.mm",
             checker=_rule("float8_mm_checker"),
             forward=_rule("float8_mm_forward"),
             backward=_rule("float8_mm_backward"),
-            priority=Priority.BEFORE_AUTODIFF,
         )
     )

@@ -13,7 +13,7 @@ import torch
 from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
 from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
 
-from thunderplug.subclass_proxy import SubclassTensorProxy
+from thunderplug.subclass.values import SubclassTensorProxy
 
 
 def float8_mm_checker(a, b) -> str | None:

@@ -8,8 +8,7 @@ instances under ``make_fx``, so every backward ATen op also goes through the sub
 ``torch._scaled_mm``, therefore never need a derivative, and gradients have the types eager
 produces (a plain ``w`` multiplied with a TwoTensor gets a TwoTensor gradient).
 
-Cotangents of subclass outputs arrive at run time as real subclass objects; the backward ops
-flatten them like any other subclass argument.
+This module builds the rules; ``symbols`` attaches them to the symbols it creates.
 """
 
 from __future__ import annotations
@@ -24,36 +23,29 @@ from thunder.core import dtypes, prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
-from thunder.core.transforms import register_grad
 
-from thunderplug.aten import AtenTable
+from thunderplug.compilation import current_record
 from thunderplug.fake import fake_mode
-from thunderplug.subclass_ops import (
-    SubclassDispatchError,
-    call_key,
-    source_locations,
-    subclass_flatten,
-    subclass_op_symbol,
-    subclass_unflatten,
-)
-from thunderplug.subclass_proxy import SubclassLayout, SubclassTensorProxy
+from thunderplug.subclass.unroll import SubclassDispatchError, call_key
+from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy
 
 
-def register_vjp(symbol: Symbol, display: str, torch_fn: Callable[..., Any], table: AtenTable) -> None:
-    """Give a subclass op symbol the gradient of its outer torch op."""
-    backward = subclass_op_symbol(f"{display}.backward", _vjp_of(torch_fn), table, differentiable=False)
+def grad_rule(display: str, forward: Symbol, backward: Symbol) -> Callable[..., Any]:
+    """The gradient rule of ``forward``: itself, then ``backward``; an error names the op and the
+    user's line where it was traced (from this compilation's record)."""
 
-    def grad_rule(*args: Any, **kwargs: Any) -> Any:
+    def rule(*args: Any, **kwargs: Any) -> Any:
         try:
-            return forward_and_backward(symbol, backward, args, kwargs)
+            return forward_and_backward(forward, backward, args, kwargs)
         except SubclassDispatchError as error:
             inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
-            where = source_locations.get(call_key(display, inputs), "")
+            record = current_record()
+            where = record.source_locations.get(call_key(display, inputs), "") if record is not None else ""
             raise SubclassDispatchError(
                 f"no gradient for {display}{where}: neither a claim nor the outer op's derivative works here ({error})"
             ) from error
 
-    register_grad(symbol.id, grad_rule)
+    return rule
 
 
 def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs: dict) -> Any:
@@ -70,7 +62,10 @@ def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs:
 
 
 @functools.cache  # one function per torch op, so its backward symbol is built once
-def _vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
+def vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``vjp(args, kwargs, cotangents) -> one gradient (or None) per tensor argument``, computed
+    by torch's autograd; run on fakes under make_fx it gives the backward's ATen graph."""
+
     def vjp(args: tuple, kwargs: dict, cotangents: list) -> list:
         flat, _ = torch_pytree.tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
@@ -91,9 +86,6 @@ def _differentiable(value: Any) -> bool:
     return isinstance(value, TensorProxy) and dtypes.is_inexact_dtype(value.dtype)
 
 
-# -- cotangents of subclass outputs -------------------------------------------------------------
-
-
 def tangent_layout(output: SubclassTensorProxy) -> SubclassLayout:
     """The layout assumed for the gradient of ``output``: its own, after ``__coerce_tangent_metadata__``
     (AOTAutograd's guess). A gradient arriving otherwise is converted by ``subclass_flatten`` with
@@ -106,18 +98,12 @@ def tangent_layout(output: SubclassTensorProxy) -> SubclassLayout:
         return SubclassLayout.of(fake)
 
 
-# -- the boundary operations are not differentiated themselves ------------------------------------
-# Gradients reach subclass values through the subclass ops' rules above, never through their inner
-# tensors (inner tensors never require grad; a subclass built directly from tensors is a new
-# autograd leaf in eager PyTorch too). These rules only re-emit the forward.
+def forward_only(op: Symbol) -> Callable[..., Any]:
+    """The rule of a boundary op: gradients reach subclass values through the subclass ops' rules,
+    never through their inner tensors (inner tensors never require grad; a subclass built
+    directly from tensors is a new autograd leaf in eager PyTorch too)."""
 
-
-def _forward_only(op: Symbol) -> Callable[..., Any]:
     def rule(*args: Any, **kwargs: Any) -> Any:
         return op(*args, **kwargs)
 
     return rule
-
-
-for _op in (subclass_unflatten, subclass_flatten):
-    register_grad(_op, _forward_only(_op))

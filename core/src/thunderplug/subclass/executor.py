@@ -11,6 +11,8 @@ It owns what must happen for thunderplug's symbols to exist in a trace at all:
 
 from __future__ import annotations
 
+from thunder.core.compile_data import get_compile_data
+from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
 from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
@@ -19,8 +21,9 @@ from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
-from thunderplug.subclass_proxy import SubclassTensorProxy
-from thunderplug.subclass_ops import is_subclass_op, subclass_flatten, subclass_unflatten
+from thunderplug.subclass.symbols import is_subclass_op
+from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
+from thunderplug.thunder_compat import transform_for_operator_executor_execution
 
 CORE_EXECUTOR_NAME = "thunderplug"
 
@@ -39,8 +42,6 @@ class ThunderplugExecutor(FusionExecutor):
         """Keep subclass ops whole for unrolling, unless another executor claims the op itself."""
         if not is_subclass_op(bsym.sym):
             return False
-        from thunder.core.compile_data import get_compile_data
-
         compile_data = get_compile_data()
         others = compile_data.executors_list if compile_data is not None else ()
         return not any(ex is not self and ex.can_execute(bsym) for ex in others)
@@ -48,9 +49,6 @@ class ThunderplugExecutor(FusionExecutor):
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         if not any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             return trace
-        from thunder.core.compile_data import get_compile_data
-        from thunder.executors.passes import _transform_for_operator_executor_execution
-
         others = [ex for ex in get_compile_data().executors_list if ex is not self]
         # An autograd.Function inlined by thunder's ad-hoc executor can expose more subclass ops
         # (and nested autograd.Functions); repeat until none is left.
@@ -58,15 +56,13 @@ class ThunderplugExecutor(FusionExecutor):
             unrolled = from_trace(trace)
             retyped = _retrace_stale(trace.bound_symbols, unrolled)
             unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
-            trace = _transform_for_operator_executor_execution(unrolled, others)
+            trace = transform_for_operator_executor_execution(unrolled, others)
         return dce(trace)
 
 
 def _opaque_proxy_methods() -> dict:
     """SubclassTensorProxy's own methods run as Python, not through thunder's interpreter (as
     thunder does for TensorProxy's): ``x._data`` must read the proxy, not trace its lookup."""
-    from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
-
     own = {value for value in vars(SubclassTensorProxy).values() if callable(value)}
     return {
         fn: record_source_loc_in_symbol_header(lookaside)
@@ -145,8 +141,6 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
 
 def active_core_executor() -> ThunderplugExecutor | None:
     """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used."""
-    from thunder.core.compile_data import get_compile_data
-
     compile_data = get_compile_data()
     if compile_data is None:
         return None

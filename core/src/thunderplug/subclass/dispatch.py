@@ -1,0 +1,147 @@
+"""Which symbol a call on subclass proxies becomes.
+
+Every torch-level call (``torch.mul(x, 2)``, ``x * 2``, ``x.mul(2)``, ``torch.ops.aten.mul.Tensor``,
+and the ops grad rules emit) reaches ``Symbol.__call__``; with a subclass proxy among its
+arguments it becomes the subclass op symbol of the torch function it stands for.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from thunder.core.symbol import Symbol
+
+from thunderplug.aten import AtenTable, user_location
+from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
+from thunderplug.subclass.unroll import SubclassDispatchError
+from thunderplug.subclass.values import SubclassTensorProxy
+from thunderplug.thunder_compat import torch_to_thunder_function_map
+
+# Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.
+_BOOKKEEPING_PRIM_PREFIXES = (
+    "check_", "unpack_", "python_return", "return", "python_del", "del", "comment", "sink", "put_grad", "get_grad"
+)
+
+
+def subclass_proxies(args: tuple, kwargs: dict) -> Iterator[SubclassTensorProxy]:
+    """The subclass proxies among a call's arguments, also one level inside lists and tuples
+    (``torch.cat([x, y])``); this runs for every symbol call while tracing, so it stays shallow."""
+    for value in (*args, *kwargs.values()):
+        if type(value) is SubclassTensorProxy:
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (item for item in value if type(item) is SubclassTensorProxy)
+
+
+def has_subclass_proxy(args: tuple, kwargs: dict) -> bool:
+    return next(subclass_proxies(args, kwargs), None) is not None
+
+
+def passes_through(symbol: Symbol) -> bool:
+    """Symbols that take subclass proxies as they are: ours, executor operations, bookkeeping prims."""
+    return (
+        is_subclass_op(symbol)
+        or symbol.executor is not None
+        or (symbol.is_prim and symbol.name.startswith(_BOOKKEEPING_PRIM_PREFIXES))
+    )
+
+
+def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Symbol | None:
+    """The subclass op symbol a call of ``symbol`` on subclass proxies becomes, or ``None`` to
+    let ``symbol`` run as itself (a composite whose parts will be dispatched one by one)."""
+    cls = next(subclass_proxies(args, kwargs)).subclass_type
+    overload = table.overloads_by_id.get(symbol.id)
+    if overload is not None:
+        return unrolled_op_symbol(f"{cls.__name__}.{symbol.id}", overload)
+    torch_fn, op_name = torch_function_for(symbol)
+    if torch_fn is not None:
+        return unrolled_op_symbol(f"{cls.__name__}.{op_name}", torch_fn)
+    torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
+    if torch_fn is not None:  # e.g. prims.add from accumulating two gradients
+        return unrolled_op_symbol(f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}", torch_fn)
+    if symbol.is_prim:
+        raise SubclassDispatchError(
+            f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
+            "unrolls torch-level operations on tensor subclasses"
+        )
+    return None
+
+
+def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
+    """The torch function thunder's torch executor runs a prim with, when it runs it directly."""
+    from thunder.executors.torchex import ex as torchex
+
+    impl = torchex.implmap.get(symbol.id)
+    if impl is None or impl.execution_transform is not None or impl.symbol is None:
+        return None
+    module = impl.symbol.module
+    return getattr(module, impl.symbol.name, None) if module is not None else None
+
+
+@functools.cache  # built once: thunder's map is complete after import
+def _torch_keys_by_symbol_id() -> dict[Any, list[Callable[..., Any]]]:
+    keys: dict[Any, list[Callable[..., Any]]] = {}
+    for torch_fn, target in torch_to_thunder_function_map().items():
+        if isinstance(target, Symbol) and callable(torch_fn):
+            keys.setdefault(target.id, []).append(torch_fn)
+    return keys
+
+
+def _torch_keys(symbol: Symbol) -> list[Callable[..., Any]]:
+    """The torch callables thunder maps to ``symbol`` (thunder's map is keyed the other way)."""
+    return _torch_keys_by_symbol_id().get(symbol.id, [])
+
+
+def torch_function_for(symbol: Symbol) -> tuple[Callable[..., Any], str] | tuple[None, None]:
+    """The torch callable a thunder.torch symbol stands for, and the name to show it under.
+
+    A ``torch.Tensor`` method comes first: it accepts every calling convention the function does
+    (``x.reshape(2, 3)`` and ``((2, 3),)``), and its name is the one users call (thunder files
+    ``torch.mm`` under the id of its alias ``torch.spmm``).
+    """
+    methods = [
+        fn for fn in _torch_keys(symbol) if _is_method(fn) and not getattr(fn, "__name__", "_").startswith("_")
+    ]
+    if isinstance(symbol.id, str) and symbol.id.count(".") == 1 and symbol.id.startswith("torch."):
+        method = getattr(torch.Tensor, symbol.id.split(".")[1], None)
+        if callable(method):
+            methods.insert(0, method)
+    if methods:
+        return methods[0], f"torch.{methods[0].__name__}"
+    if isinstance(symbol.id, str) and symbol.id.startswith("torch."):
+        target = torch_attribute(symbol.id)
+        if callable(target):
+            return target, symbol.id
+    keys = _torch_keys(symbol)
+    return (keys[0], str(symbol.id)) if keys else (None, None)
+
+
+def torch_function_of(display: str) -> Callable[..., Any]:
+    """The torch function a subclass op name stands for (``TwoTensor.torch.mul`` -> ``torch.mul``)."""
+    _, _, path = display.partition(".")
+    function = torch_attribute(path)
+    if function is None:
+        raise AttributeError(f"{display} names no torch function ({path} does not exist)")
+    return function
+
+
+def torch_attribute(path: str) -> Any:
+    """``torch.nn.functional.linear`` -> that object, or ``None`` if the dotted path does not exist."""
+    target: Any = torch
+    for part in path.split(".")[1:]:
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return target
+
+
+def _is_method(torch_fn: Any) -> bool:
+    return "Tensor" in getattr(torch_fn, "__qualname__", "").split(".")[0]
+
+
+def construct(cls: type, args: tuple, kwargs: dict) -> Any:
+    """Build a subclass inside a jitted function: ``<Class>.construct`` with the unrolled constructor."""
+    return unrolled_op_symbol(f"{cls.__name__}.construct", cls)(*args, **kwargs)

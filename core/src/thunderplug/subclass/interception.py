@@ -1,0 +1,196 @@
+"""The replacements ``thunder_compat.patches`` installs into thunder for tensor subclasses.
+
+Each factory takes thunder's original and returns the replacement, which defers to the original
+unless the compilation in progress uses ``discover()``'s executors (the ``thunderplug`` core
+executor is in its list): plain ``thunder.jit`` behaves exactly as without thunderplug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from thunder import clang
+from thunder.core import prims
+from thunder.core.interpreter import ProvenanceRecord, PseudoInst, interpreter_needs_wrap, unwrap, wrap, wrap_const
+from thunder.core.jit_ext import get_jit_ctx
+from thunder.core.proxies import TensorProxy, tensorproxy
+from thunder.core.symbol import Symbol
+from thunder.core.trace import get_tracectx
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
+
+from thunderplug.aten import user_location
+from thunderplug.subclass.autodiff import tangent_layout
+from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
+from thunderplug.subclass.executor import active_core_executor
+from thunderplug.subclass.symbols import unrolled_op_symbol
+from thunderplug.subclass.values import (
+    InputGuard,
+    SubclassLayout,
+    SubclassTensorProxy,
+    check_not_subclass,
+    check_subclass,
+    subclass_unflatten,
+)
+
+
+class UntraceableSubclassError(TypeError):
+    """A torch.Tensor subclass without ``__tensor_flatten__``/``__tensor_unflatten__`` reached thunder."""
+
+
+# -- inputs --------------------------------------------------------------------------------------
+
+
+def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder creates input proxies through ``proxies.proxy()``, whose one hook is its call of
+    ``proxify_dtensor``: a traceable subclass input becomes a :class:`SubclassTensorProxy` guarded
+    by ``check_subclass``; a plain tensor gets a guard that it is not a subclass (else plain and
+    subclass calls would share a cache entry)."""
+
+    def replacement(x: Any, name: str | None = None, history: Any = None) -> Any:
+        result = original(x, name, history)
+        if result is not None or not isinstance(x, torch.Tensor) or history is None or active_core_executor() is None:
+            return result
+        if is_traceable_wrapper_subclass(x):
+            return _subclass_input(x, name, history)
+        if type(x) is not torch.Tensor and not isinstance(x, torch.nn.Parameter):
+            raise UntraceableSubclassError(
+                f"{type(x).__qualname__} is a torch.Tensor subclass without __tensor_flatten__/__tensor_unflatten__"
+                f"{user_location()}; thunderplug cannot see through it. Make it a traceable wrapper subclass, or pass "
+                "a plain tensor (e.g. x.as_subclass(torch.Tensor))."
+            )
+        proxy = tensorproxy(x, name=name, history=history)
+        get_jit_ctx().add_constraint((check_not_subclass, proxy))
+        return proxy
+
+    return replacement
+
+
+def _subclass_input(x: torch.Tensor, name: str | None, history: Any) -> SubclassTensorProxy:
+    """A subclass input, guarded in the prologue (type, flatten context, inner metadata).
+
+    A frozen value that is not a Parameter has its inner tensors unpacked by the prologue
+    (``t = x._data``) and is rebuilt at the top of the computation, where ops fold that away:
+    nothing subclass-typed exists at run time. An input that requires grad is passed whole
+    (autograd must see the subclass object, so that its subclass gradient reaches it), and so is
+    a frozen ``nn.Parameter`` (what ``torchao.quantization.quantize_`` makes): thunder cannot
+    unpack attributes of module parameters. Ops flatten whole inputs where they need them.
+    """
+    jit_ctx = get_jit_ctx()
+    unpack = not x.requires_grad and not isinstance(x, torch.nn.Parameter)
+    proxy = _subclass_proxy(x, name, history if unpack else None)
+    proxy.history = history
+    jit_ctx.add_constraint((check_subclass, proxy, InputGuard.of(x)))
+    if unpack:
+        for inner in _plain_inner(proxy):
+            jit_ctx.add_constraint((clang.check_tensor_shape_and_metadata, inner))
+        get_tracectx().scopes[-1].append(subclass_unflatten.bind(proxy.layout, *proxy.inner.values(), output=proxy))
+    return proxy
+
+
+def _subclass_proxy(x: torch.Tensor, name: str | None, history: Any) -> SubclassTensorProxy:
+    """A proxy for ``x`` with one proxy per inner tensor (recursively); with ``history``, the inner
+    proxies remember where they are read from (``LOAD_ATTR``), so the prologue can unpack them."""
+    layout = SubclassLayout.of(x)
+    inner: dict[str, TensorProxy] = {}
+    for attr in layout.attrs:
+        value = getattr(x, attr)
+        inner_name = f"{name}_{attr.strip('_')}" if name else None
+        inner_history = None if history is None else _attribute_history(history, attr)
+        if is_traceable_wrapper_subclass(value):
+            inner[attr] = _subclass_proxy(value, inner_name, inner_history)
+        else:
+            inner[attr] = tensorproxy(value, name=inner_name, history=inner_history)
+    return SubclassTensorProxy(layout, inner, outer=x, name=name, history=history)
+
+
+def _attribute_history(history: Any, attr: str) -> ProvenanceRecord:
+    return ProvenanceRecord(
+        PseudoInst.LOAD_ATTR, inputs=[history, ProvenanceRecord(PseudoInst.CONSTANT, inputs=[], value=attr)]
+    )
+
+
+def _plain_inner(proxy: SubclassTensorProxy) -> list[TensorProxy]:
+    return [
+        leaf
+        for inner in proxy.inner.values()
+        for leaf in (_plain_inner(inner) if isinstance(inner, SubclassTensorProxy) else [inner])
+    ]
+
+
+# -- ops -------------------------------------------------------------------------------------------
+
+
+def symbol_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A symbol called with a subclass proxy records the subclass op symbol instead
+    (``TwoTensor.torch.mul``): this one place catches ``torch.mul(x, 2)``, ``x * 2``, ``x.mul(2)``,
+    ``torch.ops.aten.mul.Tensor(x, 2)`` and the ops grad rules emit."""
+
+    def replacement(self: Symbol, *args: Any, **kwargs: Any) -> Any:
+        if has_subclass_proxy(args, kwargs) and not passes_through(self):
+            core = active_core_executor()
+            if core is not None:
+                subclass_op = dispatch(self, core.aten, args, kwargs)
+                if subclass_op is not None:
+                    return subclass_op(*args, **kwargs)
+        result = original(self, *args, **kwargs)
+        if self is prims.get_grad and isinstance(result, SubclassTensorProxy):
+            result.layout = tangent_layout(args[0])  # the gradient's assumed type, as AOTAutograd guesses it
+        return result
+
+    return replacement
+
+
+def isinstance_lookaside(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``isinstance(x, Float8TrainingTensor)`` answers with the real subclass of a subclass proxy."""
+
+    def replacement(obj: Any, cls: Any) -> Any:
+        value = unwrap(obj)
+        if not isinstance(value, SubclassTensorProxy):
+            return original(obj, cls)
+        classes = unwrap(cls)
+        result = issubclass(value.subclass_type, classes if isinstance(classes, tuple) else (classes,))
+        provenance = ProvenanceRecord(
+            PseudoInst.LOOKASIDE, inputs=[wrap_const(isinstance).provenance, obj.provenance, cls.provenance]
+        )
+        return wrap(result, provenance=provenance)
+
+    return replacement
+
+
+def type_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Constructing a traceable subclass inside jitted code becomes ``<Class>.construct`` traced on
+    fakes (thunder would interpret ``__new__`` and fail on ``Unknown attribute stride``)."""
+
+    def replacement(wrapped_type: Any, *args: Any, **kwargs: Any) -> Any:
+        cls = unwrap(wrapped_type)
+        if is_traceable_wrapper_subclass_type(cls) and active_core_executor() is not None:
+            values = [unwrap(a) for a in (*args, *kwargs.values())]
+            if any(isinstance(v, TensorProxy) for v in values):
+                return interpreter_needs_wrap(lambda *a, **k: construct(cls, a, k))(*args, **kwargs)
+        return original(wrapped_type, *args, **kwargs)
+
+    return replacement
+
+
+def function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``SomeFunction.apply`` of a Function a plugin claimed whole (``FunctionClaim``) becomes one op
+    traced on fakes, instead of thunder interpreting its forward and backward line by line."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        from thunder.core.compile_data import get_compile_data
+
+        cls = unwrap(wrapped_cls)
+        compile_data = get_compile_data()
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        claimed = compile_data is not None and any(
+            name in getattr(ex, "whole_functions", ()) for ex in compile_data.executors_list
+        )
+        if not claimed or active_core_executor() is None:
+            return original(wrapped_cls, *args, **kwargs)
+        symbol = unrolled_op_symbol(f"{cls.__name__}.apply", cls.apply)
+        return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)
+
+    return replacement
+

@@ -1,0 +1,240 @@
+"""Unrolling a torch op on subclass values into ATen ops: run it on FakeTensor instances of the
+subclasses under ``make_fx``, then replay the graph with thunderplug's ATen symbols.
+
+Output metadata comes from that fake run, never from guessing. The graph of one op depends only
+on its arguments' metadata (shapes, dtypes, devices, requires_grad, subclass layouts, constants),
+so it is traced once per metadata key and process, and replayed for every call.
+
+Fakes are contiguous (thunder proxies carry no strides), so graphs that depend on their inputs'
+strides (``aten.view``, ``_scaled_mm`` layouts) make their plain inputs contiguous first: a no-op
+for contiguous tensors at run time, and a copy for the others, such as a transposed gradient.
+AOTAutograd meets the same problem by coercing runtime tangents to the traced memory format.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import thunder.torch as ltorch
+import torch
+import torch.utils._pytree as torch_pytree
+from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.pytree import tree_flatten, tree_unflatten
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from thunderplug.aten import AtenTable, user_location
+from thunderplug.compilation import current_record
+from thunderplug.fake import fake_like, fake_mode, to_fake
+from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
+from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy, flatten_to_leaves
+
+
+class SubclassDispatchError(RuntimeError):
+    """A torch op on a tensor subclass could not be unrolled into ATen ops."""
+
+
+@dataclass(frozen=True)
+class UnrolledOp:
+    """One traced op: its ATen graph over the plain leaves of its arguments, and its outputs."""
+
+    graph: torch.fx.GraphModule
+    out_spec: Any
+    plans: tuple[OutputPlan, ...]
+    stride_sensitive: bool
+
+
+#: ATen ops whose result or validity depends on their inputs' strides.
+_STRIDE_SENSITIVE = {
+    torch.ops.aten.view.default,
+    torch.ops.aten._unsafe_view.default,
+    torch.ops.aten.as_strided.default,
+    torch.ops.aten._reshape_alias.default,
+    torch.ops.aten._scaled_mm.default,
+}
+
+_graphs: weakref.WeakKeyDictionary[AtenTable, dict[Any, UnrolledOp]] = weakref.WeakKeyDictionary()
+_lock = threading.RLock()  # make_fx and the graph cache are shared by every thread
+
+
+def call_key(display: str, tensors: list[TensorProxy]) -> tuple[str, tuple[str, ...]]:
+    """How an op call is found again in the compilation record (its inputs' names)."""
+    return (display, tuple(t.name for t in tensors))
+
+
+def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Trace ``torch_fn(*args, **kwargs)`` on fakes (or reuse the graph traced for the same
+    metadata) and record its ATen ops in the current trace; return the outputs as proxies."""
+    table = _current_table(display)
+    flat, spec = tree_flatten((args, kwargs))
+    tensors = [x for x in flat if isinstance(x, TensorProxy)]
+    location = user_location()
+    record = current_record()
+    if record is not None and location:
+        record.source_locations[call_key(display, tensors)] = location
+    unrolled = _unrolled(display, torch_fn, table, flat, spec)
+    leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
+    if unrolled.stride_sensitive:
+        leaves = [ltorch.contiguous(leaf) for leaf in leaves]
+    out_leaves = iter(_replay(unrolled.graph, leaves, table, display))
+    outputs = [build(plan, out_leaves) for plan in unrolled.plans]
+    return torch_pytree.tree_unflatten(outputs, unrolled.out_spec)
+
+
+def _current_table(display: str) -> AtenTable:
+    """The ATen table of the ``discover()`` list the compilation in progress uses."""
+    from thunder.core.compile_data import get_compile_data
+
+    compile_data = get_compile_data()
+    for executor in compile_data.executors_list if compile_data is not None else ():
+        table = getattr(executor, "aten", None)
+        if isinstance(table, AtenTable):
+            return table
+    raise SubclassDispatchError(f"{display} was traced outside a compilation with thunderplug.discover()'s executors")
+
+
+def _unrolled(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any) -> UnrolledOp:
+    key = _metadata_key(display, torch_fn, flat, spec)
+    with _lock:
+        cache = _graphs.setdefault(table, {})
+        if key is not None and key in cache:
+            return cache[key]
+        unrolled = _trace(display, torch_fn, table, flat, spec)
+        if key is not None:
+            cache[key] = unrolled
+        return unrolled
+
+
+def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any) -> UnrolledOp:
+    leaves = [leaf for x in flat if isinstance(x, TensorProxy) for leaf in _proxy_leaves(x)]
+    found: dict[str, Any] = {}
+
+    def on_fakes(*fake_leaves: torch.Tensor) -> list[torch.Tensor]:
+        remaining = iter(fake_leaves)
+        fake_flat = [_rebuild_fake(x, remaining) if isinstance(x, TensorProxy) else to_fake(x) for x in flat]
+        fake_args, fake_kwargs = tree_unflatten(fake_flat, spec)
+        result = torch_fn(*fake_args, **fake_kwargs)
+        out_flat, found["out_spec"] = torch_pytree.tree_flatten(result)
+        found["plans"] = tuple(plan_of(o) for o in out_flat)
+        return [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in tensor_leaves(o)]
+
+    try:
+        with fake_mode():
+            graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_like(leaf) for leaf in leaves])
+    except Exception as error:
+        raise SubclassDispatchError(
+            f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}"
+        ) from error
+    sensitive = any(node.op == "call_function" and node.target in _STRIDE_SENSITIVE for node in graph.graph.nodes)
+    return UnrolledOp(graph, found["out_spec"], found["plans"], sensitive)
+
+
+def _proxy_leaves(proxy: TensorProxy) -> list[TensorProxy]:
+    """The plain proxies of a value without recording anything (for tracing on fakes)."""
+    if isinstance(proxy, SubclassTensorProxy):
+        return [leaf for inner in proxy.inner.values() for leaf in _proxy_leaves(inner)]
+    return [proxy]
+
+
+def _rebuild_fake(proxy: TensorProxy, fake_leaves: Iterator[torch.Tensor]) -> torch.Tensor:
+    if isinstance(proxy, SubclassTensorProxy):
+        return proxy.layout.unflatten({name: _rebuild_fake(inner, fake_leaves) for name, inner in proxy.inner.items()})
+    return next(fake_leaves)
+
+
+# -- the cache key: everything the traced graph depends on -------------------------------------
+
+
+def _metadata_key(display: str, torch_fn: Callable[..., Any], flat: list, spec: Any) -> Any:
+    """A hashable key of the call's metadata, or ``None`` when some constant cannot be hashed."""
+    try:
+        key = (display, torch_fn, repr(spec), tuple(_value_key(x) for x in flat))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _value_key(value: Any) -> Any:
+    if isinstance(value, SubclassTensorProxy):
+        layout = value.layout
+        inner = tuple(_value_key(p) for p in value.inner.values())
+        return ("subclass", layout.cls, layout.attrs, _frozen(layout.ctx), layout.outer_size, layout.outer_stride, inner)
+    if isinstance(value, TensorProxy):
+        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    if isinstance(value, NumberProxy):
+        return ("number", type(value.value), value.value)
+    return ("constant", type(value), _frozen(value))
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(v) for v in value))
+    if isinstance(value, torch.Tensor):
+        raise TypeError("tensors are not metadata")
+    return value
+
+
+# -- replaying the graph as thunder symbols ------------------------------------------------------
+
+
+def _is_inplace(overload: torch._ops.OpOverload) -> bool:
+    return overload._opname.endswith("_") and not overload._opname.startswith("_")
+
+
+def _functional(overload: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    packet = getattr(torch.ops.aten, overload._opname[:-1])
+    return getattr(packet, overload._overloadname)
+
+
+def _plain_containers(value: Any) -> Any:
+    """fx's immutable_list/immutable_dict as plain list/dict: thunder prints only the built-in kinds."""
+    if isinstance(value, dict):
+        return {key: _plain_containers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_containers(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain_containers(item) for item in value)
+    return value
+
+
+def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
+    env: dict[torch.fx.Node, Any] = {}
+    inputs = iter(leaves)
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(inputs)
+        elif node.op == "call_function":
+            args, kwargs = _plain_containers(torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__))
+            if isinstance(node.target, torch._ops.OpOverload) and _is_inplace(node.target):
+                mutated = node.args[0]
+                if mutated.op == "placeholder":
+                    raise SubclassDispatchError(
+                        f"{display}: the subclass's dispatch mutates an input in place ({node.target}){user_location()}; "
+                        "thunderplug does not support in-place updates of subclass inner tensors"
+                    )
+                # dispatch code mutating its own temporary (torchao's addmm does ``out.add_(bias)``):
+                # compute the out-of-place op and let every later use of the temporary see the result
+                env[node] = env[mutated] = table.call(_functional(node.target), *args, **kwargs)
+            elif isinstance(node.target, torch._ops.OpOverload):
+                env[node] = table.call(node.target, *args, **kwargs)
+            elif node.target is operator.getitem:
+                env[node] = args[0][args[1]]
+            else:
+                raise SubclassDispatchError(
+                    f"{display}: the subclass's dispatch produced {node.target}, which is not an ATen op{user_location()}"
+                )
+        elif node.op == "output":
+            return list(torch.fx.node.map_arg(node.args[0], env.__getitem__))
+        else:
+            raise SubclassDispatchError(
+                f"{display}: the subclass's dispatch produced a {node.op} node ({node.target}){user_location()}; "
+                "thunderplug replays only ATen calls"
+            )
+    raise AssertionError("fx graph without output")

@@ -1,0 +1,52 @@
+"""Every private thunder 0.2.6 name thunderplug reads, in one place.
+
+Nothing else in thunderplug imports a private (underscored) thunder name; a test
+(tests/test_thunder_compat.py) checks that from the source. Each accessor says what it is for,
+so a thunder upgrade is checked here, against the tests of this package. The patches thunderplug
+applies to thunder are in :mod:`thunderplug.thunder_compat.patches`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from thunder.core import jit_ext
+
+
+def torch_to_thunder_function_map() -> dict[Any, Any]:
+    """thunder's map from torch callables to thunder.torch symbols (keyed the other way than we need)."""
+    from thunder.torch import _torch_to_thunder_function_map
+
+    return _torch_to_thunder_function_map
+
+
+def general_jit_lookaside_map() -> dict[Any, Callable[..., Any]]:
+    """The interpreter's lookaside table (torch functions -> symbols, isinstance, Function.apply, ...)."""
+    return jit_ext._general_jit_lookaside_map
+
+
+def default_type_call_lookaside() -> Callable[..., Any]:
+    """thunder's lookaside for ``type.__call__`` when none is registered."""
+    from thunder.core.interpreter import _type_call_lookaside
+
+    return _type_call_lookaside
+
+
+def transform_for_operator_executor_execution(trace: Any, executors: list) -> Any:
+    """thunder's claiming pass (executors in order, descending into unclaimed composites)."""
+    from thunder.executors.passes import _transform_for_operator_executor_execution
+
+    return _transform_for_operator_executor_execution(trace, executors)
+
+
+def grad_fn_map() -> dict[Any, Callable[..., Any]]:
+    """thunder's joint forward+backward rules registered with ``register_grad``."""
+    from thunder.core.transforms import _grad_fn_map
+
+    return _grad_fn_map
+
+
+def bound_symbol_printables(bsym: Any) -> tuple[Any, Any, Any]:
+    """What thunder prints for a bound symbol's outputs, args and kwargs (for ``explain``)."""
+    return bsym._out_printables, bsym._arg_printables, bsym._kwarg_printables

@@ -1,0 +1,52 @@
+"""Replacements for two thunder 0.2.6 bugs that are not about subclasses (always active: each
+only turns a crash or a wrong gradient into what eager PyTorch does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from thunder.core.codeutils import SigInfo
+from thunder.core.interpreter import interpreter_needs_wrap, unwrap, wrap_const
+from thunder.core.proxies import ProxyInterface, TensorProxy
+
+
+def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Tracing a ``torch.autograd.Function.apply`` whose arguments include an object thunder
+    cannot proxy (a config dataclass, as torchao's ``matmul_with_hp_or_float8_args`` takes) fails
+    with ``AttributeError: ... has no attribute 'name'``: name such constants instead."""
+
+    def replacement(name: str, args: Any) -> SigInfo:
+        from thunder.core.proxies import proxy
+
+        signature = SigInfo(name)
+        for index, arg in enumerate(args):
+            named = arg if isinstance(arg, ProxyInterface) else proxy(arg)
+            signature.args.append((named.name if isinstance(named, ProxyInterface) else f"_constant_{index}", None))
+        return signature
+
+    return staticmethod(replacement)
+
+
+def autograd_function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder ignores ``non_differentiable_idx`` of ``torch.ops.higher_order.autograd_function_apply``:
+    the outputs it lists are detached after the call, so no gradient flows into them, as in eager."""
+
+    def replacement(fwd: Any, bwd: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(fwd, bwd, *args, **kwargs)
+        indices = tuple(unwrap(kwargs["non_differentiable_idx"]) or ()) if "non_differentiable_idx" in kwargs else ()
+        if not indices or not hasattr(result, "value"):
+            return result
+        return interpreter_needs_wrap(_detach_outputs)(result, wrap_const(indices))
+
+    return replacement
+
+
+def _detach_outputs(output: Any, indices: tuple) -> Any:
+    import thunder.torch as ltorch
+
+    if isinstance(output, (tuple, list)):
+        return type(output)(
+            ltorch.detach(o) if i in indices and isinstance(o, TensorProxy) else o for i, o in enumerate(output)
+        )
+    return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output

@@ -1,0 +1,189 @@
+"""Every change thunderplug makes to thunder 0.2.6 beyond registering symbols and executors, as
+one table: :data:`PATCHES`. ``install()`` applies it (idempotent), ``uninstall()`` restores
+thunder exactly, ``installed()`` does both around a block. docs/patches.md is generated from the
+table (``python -m thunderplug.thunder_compat.patches``), and a test checks it is.
+
+Each replacement is built from thunder's original and defers to it unless the compilation in
+progress uses ``discover()``'s executors, except the two thunder bug fixes marked "always".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from thunder.core.codeutils import SigInfo
+from thunder.core.symbol import Symbol
+from thunder.torch.experimental import dtensor_proxy
+
+from thunderplug.subclass import interception
+from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map
+
+
+@dataclass(frozen=True)
+class Patch:
+    """``owner[key]`` (a dict) or ``owner.key`` (an object) replaced by ``make(original)``."""
+
+    name: str
+    owner: Any
+    key: Any
+    make: Callable[[Any], Any]
+    active: str  # "discover() compilations" or "always"
+    why: str
+
+    def read(self) -> Any:
+        if isinstance(self.owner, dict):
+            if self.key is type.__call__:
+                return self.owner.get(self.key, default_type_call_lookaside())
+            return self.owner[self.key]
+        return self.owner.__dict__[self.key] if isinstance(self.owner, type) else getattr(self.owner, self.key)
+
+    def write(self, value: Any) -> None:
+        if isinstance(self.owner, dict):
+            self.owner[self.key] = value
+        else:
+            setattr(self.owner, self.key, value)
+
+    def restore(self, original: Any, had_key: bool) -> None:
+        if isinstance(self.owner, dict) and not had_key:
+            del self.owner[self.key]
+        else:
+            self.write(original)
+
+
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
+_LOOKASIDES = general_jit_lookaside_map()
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "proxify", dtensor_proxy, "proxify_dtensor", interception.proxify, "discover() compilations",
+        "thunder creates input proxies through `proxies.proxy()`, whose only hook is its call of "
+        "`proxify_dtensor`: a traceable subclass input becomes a `SubclassTensorProxy` with prologue guards, "
+        "a plain tensor a guard that it is not a subclass.",
+    ),
+    Patch(
+        "Symbol.__call__", Symbol, "__call__", interception.symbol_call, "discover() compilations",
+        "a symbol called with a subclass proxy records the subclass op symbol instead (`TwoTensor.torch.mul`): "
+        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules.",
+    ),
+    Patch(
+        "isinstance lookaside", _LOOKASIDES, isinstance, interception.isinstance_lookaside, "discover() compilations",
+        "`isinstance` answers with the real subclass for subclass proxies.",
+    ),
+    Patch(
+        "type.__call__ lookaside", _LOOKASIDES, type.__call__, interception.type_call, "discover() compilations",
+        "constructing a traceable subclass inside jitted code is traced on fakes (thunder would interpret "
+        "`__new__` and fail on `Unknown attribute stride`).",
+    ),
+    Patch(
+        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY, interception.function_apply,
+        "discover() compilations",
+        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes.",
+    ),
+    Patch(
+        "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",
+        "thunder bug: an autograd.Function argument thunder cannot proxy (a config object) crashes tracing; "
+        "it is named as a constant instead.",
+    ),
+    Patch(
+        "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
+        fixes.autograd_function_apply, "always",
+        "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+    ),
+)
+
+_originals: dict[str, tuple[Any, bool]] = {}
+_lock = threading.Lock()
+
+
+def install() -> None:
+    """Apply every patch once per process (idempotent, thread-safe)."""
+    with _lock:
+        if _originals:
+            return
+        for patch in PATCHES:
+            had_key = not isinstance(patch.owner, dict) or patch.key in patch.owner
+            original = patch.read()
+            _originals[patch.name] = (original, had_key)
+            patch.write(patch.make(original.__func__ if isinstance(original, staticmethod) else original))
+
+
+def uninstall() -> None:
+    """Restore thunder exactly as it was before :func:`install`."""
+    with _lock:
+        for patch in reversed(PATCHES):
+            if patch.name in _originals:
+                patch.restore(*_originals.pop(patch.name))
+
+
+def is_installed() -> bool:
+    return bool(_originals)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """The patches for the duration of a block (restored afterwards if this block installed them)."""
+    was_installed = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was_installed:
+            uninstall()
+
+
+@contextlib.contextmanager
+def recording_jitted_functions() -> Iterator[list]:
+    """``thunder.jit`` wrapped to collect the functions a script compiles (``thunderplug explain``);
+    only inside this block."""
+    import thunder
+
+    recorded: list = []
+    original = thunder.jit
+
+    def jit(*args: Any, **kwargs: Any) -> Any:
+        jitted = original(*args, **kwargs)
+        recorded.append(jitted)
+        return jitted
+
+    thunder.jit = jit
+    try:
+        yield recorded
+    finally:
+        thunder.jit = original
+
+
+def markdown() -> str:
+    """docs/patches.md, generated from :data:`PATCHES`."""
+    lines = [
+        "# Patches of thunder 0.2.6",
+        "",
+        "Generated by `python -m thunderplug.thunder_compat.patches` from `PATCHES` in",
+        "`core/src/thunderplug/thunder_compat/patches.py`; do not edit by hand. Everything else thunderplug does",
+        "is registration (symbols, executors, grad rules, lookasides of its own executor). `install()` applies",
+        "the table (done by `discover()`), `uninstall()` restores thunder exactly, `installed()` is the context",
+        "manager. Private thunder names are read only in `thunderplug.thunder_compat`.",
+        "",
+        "| patch | replaces | active in | why |",
+        "|---|---|---|---|",
+    ]
+    for patch in PATCHES:
+        lines.append(f"| {patch.name} | `{_where(patch)}` | {patch.active} | {patch.why} |")
+    return "\n".join(lines) + "\n"
+
+
+def _where(patch: Patch) -> str:
+    if isinstance(patch.owner, dict):
+        key = patch.key
+        name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None) or repr(key)
+        return f"thunder.core.jit_ext._general_jit_lookaside_map[{name}]"
+    owner = getattr(patch.owner, "__qualname__", None) or patch.owner.__name__
+    return f"{getattr(patch.owner, '__module__', '') + '.' if isinstance(patch.owner, type) else ''}{owner}.{patch.key}"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
