@@ -28,7 +28,7 @@ class CorePlugin:
 
     def _build(self) -> Any:
         import thunderplug
-        from thunderplug.core_executor import ThunderplugExecutor
+        from thunderplug.subclass.executor import ThunderplugExecutor
 
         return ThunderplugExecutor(self._host.aten_ops(), version=thunderplug.__version__)
 

@@ -30,7 +30,7 @@ def _explain(args: argparse.Namespace) -> int:
     import runpy
 
     from thunderplug.explain import explain, format_rows
-    from thunderplug.patches import recording_jitted_functions
+    from thunderplug.thunder_compat.patches import recording_jitted_functions
 
     with recording_jitted_functions() as jitted_functions:
         sys.argv = [args.script, *args.script_args]

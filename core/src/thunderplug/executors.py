@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import thunder
 from thunder.extend import Executor
 
-from thunderplug import patches
+from thunderplug.thunder_compat import patches
 from thunderplug.claims import restrict_fusers
 from thunderplug.discovery import PluginHost
 
