@@ -14,10 +14,14 @@ changed.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import thunder
 import torch
+
+from thunderplug.thunder_compat import replace_thunder_module_parameters
 
 
 class LiveParameters(dict):
@@ -25,17 +29,24 @@ class LiveParameters(dict):
 
     A name assigned later (a transform replacing the parameter with its own, as thunder's fsdp
     does with the shard) keeps the assigned value. ``live()`` says whether to read through at all
-    (``False``: exactly the dict thunder built; used outside ``discover()`` compilations).
+    (``False``: exactly the dict thunder built; used outside ``discover()`` compilations; ``None``:
+    not known yet, asked again next time; a ``bool`` answer is kept).
     """
 
-    def __init__(self, module: torch.nn.Module, captured: dict[str, Any], live: Callable[[], bool]):
+    def __init__(self, module: torch.nn.Module, captured: dict[str, Any], live: Callable[[], bool | None]):
         super().__init__(captured)
         self._module = module
         self._captured = set(captured)
         self._live = live
+        self._is_live: bool | None = None
+
+    def _reads_through(self) -> bool:
+        if self._is_live is None:
+            self._is_live = self._live()
+        return bool(self._is_live)
 
     def _current(self, name: str) -> Any:
-        if name in self._captured and self._live():
+        if name in self._captured and self._reads_through():
             try:
                 return self._module.get_parameter(name)
             except AttributeError:  # removed from the module: the captured value is all there is
@@ -106,3 +117,32 @@ def hoist_fsdp_hooks(wrapper: torch.nn.Module, module: torch.nn.Module) -> bool:
     )
     state._post_forward_hook_handle = wrapper.register_forward_hook(state._post_forward, prepend=False)
     return True
+
+
+def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
+    """``ThunderModule.__init__`` that gives the new module :class:`LiveParameters` (read through
+    in ``discover()`` compilations) and moves FSDP2's forward hooks onto it (:func:`hoist_fsdp_hooks`;
+    then the parameters are read through whatever the executors: the captured ones are sharded)."""
+
+    def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
+        original(self, model, compiled_model_call)
+        if hoist_fsdp_hooks(self, model):
+            live: Callable[[], bool | None] = lambda: True  # noqa: E731
+        else:
+            live = _compiled_by_thunderplug(weakref.ref(self))
+        replace_thunder_module_parameters(self, lambda captured: LiveParameters(model, captured, live))
+
+    return replacement
+
+
+def _compiled_by_thunderplug(module_ref: weakref.ref) -> Callable[[], bool | None]:
+    def answer() -> bool | None:
+        from thunderplug.subclass.executor import ThunderplugExecutor
+
+        module = module_ref()
+        compile_data = thunder.compile_data(module) if module is not None else None
+        if compile_data is None:
+            return None  # thunder.jit has not attached its CompileData yet
+        return any(isinstance(ex, ThunderplugExecutor) for ex in compile_data.executors_list)
+
+    return answer

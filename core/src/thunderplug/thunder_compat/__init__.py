@@ -50,3 +50,9 @@ def grad_fn_map() -> dict[Any, Callable[..., Any]]:
 def bound_symbol_printables(bsym: Any) -> tuple[Any, Any, Any]:
     """What thunder prints for a bound symbol's outputs, args and kwargs (for ``explain``)."""
     return bsym._out_printables, bsym._arg_printables, bsym._kwarg_printables
+
+
+def replace_thunder_module_parameters(thunder_module: Any, make: Callable[[dict], dict]) -> None:
+    """Replace the parameter dict a ``ThunderModule`` copies from its module when created
+    (``_overrides_parameters``) with ``make(that dict)`` (``thunderplug.distributed.LiveParameters``)."""
+    thunder_module._overrides_parameters = make(thunder_module._overrides_parameters)

@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 from thunder.core.codeutils import SigInfo
+from thunder.core.module import ThunderModule
 from thunder.core.symbol import Symbol
 from thunder.torch.experimental import dtensor_proxy
 
+from thunderplug import distributed
 from thunderplug.subclass import interception
 from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map
 
@@ -83,6 +85,14 @@ PATCHES: tuple[Patch, ...] = (
         "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY, interception.function_apply,
         "discover() compilations",
         "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes.",
+    ),
+    Patch(
+        "ThunderModule.__init__", ThunderModule, "__init__", distributed.thunder_module_init,
+        "discover() compilations; FSDP2 hooks: always",
+        "thunder copies a module's parameters when jitting it, so a block jitted before `fully_shard` trains the "
+        "full copies, not FSDP2's sharded parameters (silently): parameters nobody overrode are read through to "
+        "the module. `thunder.jit(fully_shard(block))` fails tracing FSDP2's hooks: they are moved onto the "
+        "ThunderModule and run eagerly, as under torch.compile.",
     ),
     Patch(
         "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",
