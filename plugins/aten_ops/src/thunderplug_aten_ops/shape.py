@@ -6,6 +6,7 @@ thunder tensors have no strides: views are new tensors here, and ops that read s
 
 from __future__ import annotations
 
+import math
 import sys
 
 import thunder.torch as ltorch
@@ -198,8 +199,13 @@ def gather(a, dim, index, *, sparse_grad=False):
 
 
 def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
-    """``sum`` and ``mean``; thunder has no scatter-max/min/prod, so those raise instead of guessing."""
-    utils.check(reduce in ("sum", "mean"), lambda: f"scatter_reduce: reduce={reduce!r} is not supported, only 'sum' and 'mean'", NotImplementedError)
+    """Every reduction of ATen's ``scatter_reduce.two``, with and without ``include_self``."""
+    if a.ndim == 0:
+        flat = [ltorch.reshape(t, (1,)) for t in (a, index, src)]
+        return ltorch.reshape(scatter_reduce(flat[0], 0, flat[1], flat[2], reduce, include_self=include_self), ())
+    if reduce in ("prod", "amax", "amin"):
+        return _scatter_dense(a, dim, index, src, reduce, include_self)
+    utils.check(reduce in ("sum", "mean"), lambda: f"scatter_reduce: reduce={reduce!r} is not one of sum, prod, mean, amax, amin")
     base = a if include_self else ltorch.scatter(a, dim, index, 0)
     total = ltorch.scatter_add(base, dim, index, src)
     if reduce == "sum":
@@ -210,6 +216,61 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
     if dtypes.is_exact_dtype(a.dtype):
         return ltorch.div(total, counts, rounding_mode="floor")
     return prims.div(total, counts)
+
+
+def _identity(reduce, dtype):
+    """The element that leaves ``reduce`` unchanged, in ``dtype``."""
+    if reduce == "prod":
+        return 1
+    if dtypes.is_inexact_dtype(dtype):
+        return -math.inf if reduce == "amax" else math.inf
+    info = torch.iinfo(dtypes.to_torch_dtype(dtype))
+    return info.min if reduce == "amax" else info.max
+
+
+def _product(values):
+    """The product over dim -2 as a tree of multiplications: its gradient is the product of the other
+    factors even where a factor is zero (ATen's), where thunder's prod divides by the factor."""
+    while values.shape[-2] > 1:
+        if values.shape[-2] % 2:
+            one = ltorch.full(tuple(values.shape[:-2]) + (1, values.shape[-1]), 1, device=values.device, dtype=values.dtype)
+            values = ltorch.cat([values, one], -2)
+        size = values.shape[-2]
+        values = prims.mul(clang.slice_in_dim(values, 0, size, 2, dim=values.ndim - 2),
+                           clang.slice_in_dim(values, 1, size, 2, dim=values.ndim - 2))
+    return ltorch.squeeze(values, -2)
+
+
+def _scatter_dense(a, dim, index, src, reduce, include_self):
+    """thunder has no scatter-prod/max/min: a one-hot ``(other dims, index dim, a's dim)`` mask picks,
+    for every target position, the ``src`` values scattered to it (the reduction's identity
+    elsewhere), then a reduction over the index dim. Its memory is index size times
+    ``a.shape[dim]``. The reductions' own gradients give ATen's: amax/amin share the gradient evenly
+    among the maxima (``self`` included when ``include_self``), prod the product rule (:func:`_product`)."""
+    dim = utils.canonicalize_dim(a.ndim, dim)
+    if index.numel == 0:
+        return prims.clone(a)
+    for k in range(a.ndim):  # the region the index covers
+        src = clang.slice_in_dim(src, 0, index.shape[k], dim=k)
+    region = a
+    for k in range(a.ndim):
+        if k != dim:
+            region = clang.slice_in_dim(region, 0, index.shape[k], dim=k)
+    target = ltorch.movedim(region, dim, -1)  # (O, N)
+    positions = ltorch.arange(0, a.shape[dim], 1, device=a.device, dtype=dtypes.int64)
+    hits = clang.eq(ltorch.unsqueeze(ltorch.movedim(index, dim, -1), -1), positions)  # (O, J, N)
+    values = ltorch.where(hits, ltorch.unsqueeze(ltorch.movedim(src, dim, -1), -1), _identity(reduce, a.dtype))
+    values = clang.maybe_convert_to_dtype(values, a.dtype)
+    if include_self:
+        values = ltorch.cat([ltorch.unsqueeze(target, -2), values], -2)  # (O, 1 + J, N)
+    reduced = _product(values) if reduce == "prod" else (ltorch.amax if reduce == "amax" else ltorch.amin)(values, -2, False)
+    touched = ltorch.any_tensor(hits, -2, False)
+    result = ltorch.movedim(prims.where(touched, reduced, target), -1, dim)
+    padding = [(0, a.shape[k] - result.shape[k], 0) for k in range(a.ndim)]
+    if all(high == 0 for _, high, _ in padding):
+        return result
+    inside = prims.pad(ltorch.full(result.shape, True, device=a.device, dtype=dtypes.bool8), False, padding)
+    return prims.where(inside, prims.pad(result, dtypes.dtype_to_numbertype(a.dtype)(0), padding), a)
 
 
 def ops() -> tuple[AtenOp, ...]:
