@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from thunder import clang
-from thunder.core import prims
+from thunder.core import dtypes, prims
 from thunder.core.interpreter import ProvenanceRecord, PseudoInst, interpreter_needs_wrap, unwrap, wrap, wrap_const
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import TensorProxy, tensorproxy
@@ -24,7 +24,9 @@ from thunderplug.aten import user_location
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
 from thunderplug.subclass.executor import active_core_executor
+from thunderplug.subclass.plan import SubclassOutput
 from thunderplug.subclass.symbols import unrolled_op_symbol
+from thunderplug.subclass.unroll import SubclassDispatchError, traced
 from thunderplug.subclass.values import (
     InputGuard,
     SubclassLayout,
@@ -175,22 +177,62 @@ def type_call(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``SomeFunction.apply`` of a Function a plugin claimed whole (``FunctionClaim``) becomes one op
-    traced on fakes, instead of thunder interpreting its forward and backward line by line."""
+    """``SomeFunction.apply`` becomes one op traced on fakes (its forward, and its own backward
+    through ``torch.autograd.grad``, both through ``__torch_dispatch__``) when a plugin claimed the
+    Function whole (``FunctionClaim``) or tensor subclasses flow through it.
+
+    thunder would interpret the Function's backward at once, for a cotangent guessed to have the
+    output's type; eager gives whatever the ops after it produce (often a plain tensor), and
+    Python code in the backward (``g.materialize() if isinstance(g, ScaledTensor) else g``) must
+    see that. As one op, the backward is traced when autodiff knows the real cotangent, and
+    traced again (``executor._retrace_stale``) if it learns a different type later. Functions
+    that cannot be traced on fakes keep thunder's interpretation."""
 
     def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
-        from thunder.core.compile_data import get_compile_data
-
         cls = unwrap(wrapped_cls)
-        compile_data = get_compile_data()
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        claimed = compile_data is not None and any(
-            name in getattr(ex, "whole_functions", ()) for ex in compile_data.executors_list
-        )
-        if not claimed or active_core_executor() is None:
+        if active_core_executor() is None:
             return original(wrapped_cls, *args, **kwargs)
-        symbol = unrolled_op_symbol(f"{cls.__name__}.apply", cls.apply)
+        display = f"{cls.__name__}.apply"
+        values = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
+        if not (_claimed_whole(cls) or _involves_subclasses(display, cls.apply, *values)):
+            return original(wrapped_cls, *args, **kwargs)
+        symbol = unrolled_op_symbol(display, cls.apply)
         return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)
 
     return replacement
 
+
+def _claimed_whole(cls: type) -> bool:
+    from thunder.core.compile_data import get_compile_data
+
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return any(name in getattr(ex, "whole_functions", ()) for ex in get_compile_data().executors_list)
+
+
+def _involves_subclasses(display: str, fn: Callable[..., Any], args: list, kwargs: dict) -> bool:
+    if has_subclass_proxy(tuple(args), kwargs):
+        return True
+    if not any(isinstance(v, TensorProxy) for v in (*args, *kwargs.values())):
+        return False
+    try:
+        plans = traced(display, fn, tuple(args), kwargs).plans
+    except SubclassDispatchError:
+        return False
+    return any(isinstance(plan, SubclassOutput) for plan in plans)
+
+
+# -- eager semantics of tensor attributes -------------------------------------------------------
+
+
+def dtype_property(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``x.dtype`` inside jitted code is a torch dtype, as in eager: thunder 0.2.6 gives its own
+    dtype objects, which compare unequal to torch's (``x.dtype == torch.float32`` is False), and
+    breaks library checks such as torchao MX's ``x.dtype in (torch.bfloat16, torch.float)``."""
+    as_torch = interpreter_needs_wrap(lambda proxy: dtypes.to_torch_dtype(proxy.dtype))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if active_core_executor() is None:
+            return original(*args, **kwargs)
+        return as_torch(*args, **kwargs)
+
+    return replacement

@@ -85,6 +85,12 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     return torch_pytree.tree_unflatten(outputs, unrolled.out_spec)
 
 
+def traced(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict) -> UnrolledOp:
+    """The graph and output plans of ``torch_fn`` on these arguments, recording nothing."""
+    flat, spec = tree_flatten((args, kwargs))
+    return _unrolled(display, torch_fn, _current_table(display), flat, spec)
+
+
 def _current_table(display: str) -> AtenTable:
     """The ATen table of the ``discover()`` list the compilation in progress uses."""
     from thunder.core.compile_data import get_compile_data

@@ -17,11 +17,13 @@ from typing import Any
 
 import torch
 from thunder.core.codeutils import SigInfo
+from thunder.core.proxies import TensorProxy
 from thunder.core.module import ThunderModule
 from thunder.core.symbol import Symbol
 from thunder.torch.experimental import dtensor_proxy
 
 from thunderplug import distributed
+from thunderplug import thunderfx
 from thunderplug.subclass import interception
 from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map
 
@@ -93,6 +95,18 @@ PATCHES: tuple[Patch, ...] = (
         "full copies, not FSDP2's sharded parameters (silently): parameters nobody overrode are read through to "
         "the module. `thunder.jit(fully_shard(block))` fails tracing FSDP2's hooks: they are moved onto the "
         "ThunderModule and run eagerly, as under torch.compile.",
+    ),
+    Patch(
+        "TensorProxy.dtype lookaside", _LOOKASIDES, TensorProxy.dtype.fget, interception.dtype_property,
+        "discover() compilations",
+        "`x.dtype` in user code is a torch dtype, as in eager (thunder's dtypes compare unequal to torch's, so "
+        "`x.dtype == torch.float32` is False under stock thunder).",
+    ),
+    Patch(
+        "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
+        "discover() compilations",
+        "thunderfx: thunder's splitter cannot flatten tensor-subclass example values; a Dynamo graph with "
+        "subclass inputs and thunderplug's executors is compiled whole by `thunder.jit` instead.",
     ),
     Patch(
         "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",
