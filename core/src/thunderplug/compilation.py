@@ -39,6 +39,15 @@ class CompilationRecord:
     def decide(self, decision: Decision) -> None:
         self.decisions.append(decision)
 
+    def location_of(self, display: str, inputs: tuple[str, ...]) -> str:
+        """Where the user called the op ``display`` on ``inputs``. Autodiff renames proxies, so
+        when the names no longer match, every line of this compilation that called the op."""
+        exact = self.source_locations.get((display, inputs))
+        if exact:
+            return exact
+        lines = sorted({loc.strip()[4:-1] for (name, _), loc in self.source_locations.items() if name == display})
+        return f" (at {' or '.join(lines)})" if lines else ""
+
     def latest_decision(self, executor: str, target: str) -> Decision | None:
         return next((d for d in reversed(self.decisions) if d.executor == executor and d.target == target), None)
 

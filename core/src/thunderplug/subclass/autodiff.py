@@ -40,7 +40,7 @@ def grad_rule(display: str, forward: Symbol, backward: Symbol) -> Callable[..., 
         except SubclassDispatchError as error:
             inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
             record = current_record()
-            where = record.source_locations.get(call_key(display, inputs), "") if record is not None else ""
+            where = record.location_of(*call_key(display, inputs)) if record is not None else ""
             raise SubclassDispatchError(
                 f"no gradient for {display}{where}: neither a claim nor the outer op's derivative works here ({error})"
             ) from error
