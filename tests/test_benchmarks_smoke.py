@@ -23,3 +23,36 @@ def test_float8_training_quick_prints_a_table():
     assert any(line.startswith("| model | variant |") for line in lines), proc.stdout
     rows = [line for line in lines if line.startswith("| small |")]
     assert len(rows) == 2, proc.stdout
+
+
+GPT_SCRIPT = SCRIPT.with_name("gpt_float8.py")
+
+
+def test_gpt_float8_quick_prints_tables_and_writes_its_docs_section(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(GPT_SCRIPT), "--quick", "--first-call", "fp8-thunderplug",
+         "--variants", "fp8-eager,fp8-thunderplug", "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| fp8 ")]
+    assert [row.split(" | ")[0] for row in rows] == ["| fp8 thunder.jit(executors=discover())", "| fp8 eager (torchao)"]
+    assert "FAIL" not in proc.stdout and "crash" not in proc.stdout, proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# Benchmarks\n\nkept text\n") and rows[0] in written
+
+
+def test_gpt_float8_docs_section_is_replaced_not_appended():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpt_float8_script", GPT_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    once = script.replace_section("# Benchmarks\n\nbefore\n", "table 1")
+    twice = script.replace_section(once + "\nafter\n", "table 2")
+    assert twice.count(script.BEGIN) == 1 and "table 1" not in twice
+    assert twice.index("before") < twice.index("table 2") < twice.index("after")
