@@ -152,6 +152,7 @@ def worker(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    torch.backends.mkldnn.enabled = args.onednn
     model, x, target = build_model(args.model)
     module, params_of = prepare(args.variant, model)
     optimizer = torch.optim.SGD(params_of.parameters(), lr=1e-3)
@@ -209,6 +210,8 @@ def run_cell(model: str, variant: str, args) -> dict:
            "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.onednn:
+        cmd.append("--onednn")
     with tempfile.TemporaryDirectory(prefix="f8bench-inductor-") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONWARNINGS="ignore")
         try:
@@ -282,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per cell (default 900)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads in each cell (default: torch's)")
     parser.add_argument("--json", action="store_true", help="also print the results as one JSON line")
+    parser.add_argument("--onednn", action="store_true",
+                        help="leave oneDNN on (default off: on AMX CPUs torch 2.9.1 sends fp8 _scaled_mm to a oneDNN "
+                             "kernel ~1000x slower than the emulated path, see benchmarks/gpt_float8.py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the stderr of failed cells")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
 
     threads = next((r["threads"] for r in results if "threads" in r), "?")
     print(f"`{command}`\n")
-    print(f"{versions}; CPU, torch threads {threads}; {args.steps} timed steps after 1 + {args.warmup} warm-up; "
+    print(f"{versions}; CPU, torch threads {threads}, oneDNN {'on' if args.onednn else 'off'}; {args.steps} timed steps after 1 + {args.warmup} warm-up; "
           f"{time.strftime('%Y-%m-%d')}\n")
     print(table(results))
     print()
