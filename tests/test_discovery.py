@@ -184,10 +184,10 @@ def test_installed_plugins_report_on_this_machine():
 
 def test_cli_json_report(capsys):
     assert main(["plugins", "--json"]) == 0
-    records = json.loads(capsys.readouterr().out)
+    records = json.loads(capsys.readouterr().out)["plugins"]
     by_name = {r["name"]: r for r in records}
-    assert {"name", "status", "reason", "version", "executors"} <= set(by_name["aten_ops"])
-    assert by_name["aten_ops"]["executors"] == ["aten", "eager_kernels"]
+    assert {"name", "status", "reason", "version", "executors", "hooks", "module"} <= set(by_name["aten_ops"])
+    assert "aten" in by_name["aten_ops"]["executors"]
 
 
 def test_cli_table(capsys):
@@ -203,7 +203,7 @@ def test_python_dash_m_entry_point():
 
     result = subprocess.run([sys.executable, "-m", "thunderplug", "plugins", "--json"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert any(r["name"] == "aten_ops" for r in json.loads(result.stdout))
+    assert any(r["name"] == "aten_ops" for r in json.loads(result.stdout)["plugins"])
 
 
 @pytest.mark.parametrize("plugin", ["transformer_engine", "nvfuser"])

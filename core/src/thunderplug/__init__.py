@@ -23,6 +23,7 @@ from thunderplug.specs import (
     Stage,
     SubclassOpClaim,
 )
+from thunderplug.version import __version__
 
 if TYPE_CHECKING:
     from thunder.extend import Executor
@@ -48,8 +49,6 @@ __all__ = [
     "hookimpl",
     "report",
 ]
-__version__ = "0.1.0"
-
 from thunderplug import recipe as _recipe  # noqa: E402 - imports thunder, after the light names above
 
 _recipe.register()  # thunder.compile(model, recipe="thunderplug") and plugins="thunderplug"

@@ -1,10 +1,27 @@
-"""``thunderplug`` command line: ``plugins`` (what is installed and why) and ``demo``."""
+"""The ``thunderplug`` command (also ``python -m thunderplug``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import runpy
 import sys
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+DESCRIPTION = """\
+Plugin-based executors for lightning-thunder, with tensor-subclass support.
+In Python: thunder.jit(model, executors=thunderplug.discover()).
+"""
+
+EPILOG = """\
+environment:
+  THUNDERPLUG_PLUGINS=a,b   load only these plugins (empty: none of the installed ones)
+  THUNDERPLUG_DISABLE=a,b   block these plugins (shown as disabled)
+  THUNDERPLUG_STRICT=1      re-raise plugin errors instead of reporting them
+  THUNDERPLUG_QUIET=1       no warning about plugins that are not active
+"""
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -12,40 +29,85 @@ def _plugins(args: argparse.Namespace) -> int:
     from thunderplug.report import format_table
 
     statuses = thunderplug.report()
+    executors = [executor.name for executor in thunderplug.discover(quiet=True)]
     if args.json:
-        print(json.dumps([s.to_json() for s in statuses], indent=2))
+        print(json.dumps({"plugins": [s.to_json() for s in statuses], "executors": executors}, indent=2))
     else:
         print(format_table(statuses))
+        print(f"\ndiscover() returns, in this order: {', '.join(executors)}")
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     from thunderplug.demo import run_demo
 
-    return run_demo(steps=args.steps, plot=args.plot)
+    return run_demo(steps=args.steps, plot=args.plot, progress=not args.no_progress)
 
 
 def _explain(args: argparse.Namespace) -> int:
-    """Run a script, then explain every thunder.jit function it compiled."""
-    import runpy
-
-    from thunderplug.explain import explain, format_rows
+    """Run a script as ``__main__``, whatever way it ends, then explain every function it compiled."""
+    from thunderplug.explain import explain, format_rows, format_summary, summarize
     from thunderplug.thunder_compat.patches import recording_jitted_functions
 
+    exit_code, error = 0, None
+    argv = sys.argv
     with recording_jitted_functions() as jitted_functions:
         sys.argv = [args.script, *args.script_args]
-        runpy.run_path(args.script, run_name="__main__")
+        try:
+            runpy.run_path(args.script, run_name="__main__")
+        except SystemExit as stop:
+            exit_code = _exit_code(stop.code)
+        except Exception as raised:  # noqa: BLE001 - the user's script raised: report it and what was compiled
+            exit_code, error = 1, f"{type(raised).__name__}: {raised}"
+            traceback.print_exc()
+        finally:
+            sys.argv = argv
     compiled = [fn for fn in jitted_functions if _was_compiled(fn)]
-    if not compiled:
-        print(f"{args.script} compiled no thunder.jit function")
-        return 1
+    ending = f"raised {error}" if error else f"exited with code {exit_code}"
+    if args.json:
+        functions = []
+        for index, fn in enumerate(compiled):
+            rows = explain(fn)
+            functions.append(
+                {
+                    "index": index,
+                    "name": _name(fn),
+                    "summary": [asdict(t) for t in summarize(rows)],
+                    "rows": [asdict(r) for r in rows],
+                }
+            )
+        report = {"script": args.script, "exit_code": exit_code, "error": error, "functions": functions}
+        print(json.dumps(report, indent=2))
+        return exit_code or (0 if compiled else 1)
+    print(f"thunderplug explain: {args.script} {ending}; {len(compiled)} thunder.jit function(s) compiled")
     for index, fn in enumerate(compiled):
-        print(f"\n== thunder.jit function {index}: {getattr(fn, '__name__', type(fn).__name__)} ==")
-        print(format_rows(explain(fn)))
-    return 0
+        rows = explain(fn)
+        print(f"\n== thunder.jit function {index}: {_name(fn)} ==")
+        print(format_summary(rows))
+        if args.all:
+            print()
+            print(format_rows(rows))
+    if compiled and not args.all:
+        print("\n(--all lists every op of every trace; --json prints all of it as JSON)")
+    return exit_code or (0 if compiled else 1)
 
 
-def _was_compiled(fn) -> bool:
+def _exit_code(code: Any) -> int:
+    """What the interpreter would exit with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _name(fn: Any) -> str:
+    inner = getattr(fn, "_model", None) or getattr(fn, "__wrapped__", None) or fn
+    return getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(inner).__name__
+
+
+def _was_compiled(fn: Any) -> bool:
     import thunder
 
     try:
@@ -54,25 +116,55 @@ def _was_compiled(fn) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="thunderplug", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    from thunderplug.version import __version__
 
-    plugins = commands.add_parser("plugins", help="list installed plugins, their status and executors")
-    plugins.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser = argparse.ArgumentParser(
+        prog="thunderplug",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"thunderplug {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+
+    plugins = commands.add_parser(
+        "plugins",
+        help="installed plugins: status and why, hooks, module, and the executor order discover() returns",
+        description="Every plugin discover() considers (thunderplug's own first), its status and why, the hooks "
+        "it implements, where they live, and the executors discover() returns, in order.",
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON (plugins and executor order) instead of a table")
     plugins.set_defaults(run=_plugins)
 
-    demo = commands.add_parser("demo", help="compile and train a small model with discover() and show what each plugin did")
-    demo.add_argument("--steps", type=int, default=5, help="training steps (default: 5)")
-    demo.add_argument("--plot", metavar="PNG", help="write the eager and compiled loss curves to this PNG (needs matplotlib)")
-    demo.set_defaults(run=_demo)
-
-    explain = commands.add_parser("explain", help="run a script and show which executor took each op, and why others declined")
-    explain.add_argument("script")
-    explain.add_argument("script_args", nargs=argparse.REMAINDER)
+    explain = commands.add_parser(
+        "explain",
+        help="run a script, then summarize which executor took each op of every function it compiled",
+        description="Run SCRIPT as __main__ (even if it calls sys.exit or raises), then summarize, for each "
+        "thunder.jit function it compiled, which executor took which op: per trace and executor, ops taken, "
+        "by a claim, as a fallback, and declines. Exits with the script's exit code.",
+    )
+    explain.add_argument("--all", action="store_true", help="also list every op of every trace")
+    explain.add_argument("--json", action="store_true", help="print the summary and every op as JSON")
+    explain.add_argument("script", help="the Python script to run")
+    explain.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     explain.set_defaults(run=_explain)
 
-    args = parser.parse_args(argv)
+    demo = commands.add_parser(
+        "demo",
+        help="train a small float8 MLP with discover() next to eager PyTorch and plot the losses",
+        description="Train a small torchao float8 MLP on a fixed regression task: fp32 eager, fp8 eager and "
+        "fp8 under thunder.jit(executors=discover()), then show what each plugin did.",
+    )
+    demo.add_argument("--steps", type=int, default=60, help="training steps (default: 60)")
+    demo.add_argument("--plot", metavar="PNG", help="write the loss curves and step times to this PNG (needs matplotlib)")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.run(args)
 
 

@@ -22,6 +22,10 @@ from thunderplug.thunder_compat import bound_symbol_printables
 _BOOKKEEPING = {"unpack_trivial", "unpack_sequence", "python_return", "python_del", "del", "comment", "return"}
 
 
+GENERIC = "thunderplug (autodiff of the outer op, then unrolled)"
+TRACES = ("program", "forward", "backward")
+
+
 @dataclass(frozen=True)
 class Row:
     trace: str  # "forward", "backward" or "program"
@@ -29,6 +33,20 @@ class Row:
     executor: str
     stage: str
     declined: tuple[str, ...] = ()  # "executor: reason"
+    claimed: bool = False  #: taken by a plugin's claim (its checker accepted)
+    fallback: bool = False  #: no plugin rule: thunderplug's generic autodiff, or an unregistered ATen op run as itself
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One line of the summary: what one executor did in one trace."""
+
+    trace: str
+    executor: str
+    ops: int
+    claimed: int
+    fallbacks: int
+    declined: int
 
 
 def explain(jitted: Any) -> list[Row]:
@@ -51,8 +69,25 @@ def explain(jitted: Any) -> list[Row]:
         for bsym in trace.bound_symbols:
             if bsym.sym.name in _BOOKKEEPING or bsym.sym.name.startswith("unpack") or bsym.sym.name.startswith("clear"):
                 continue
-            rows.append(Row(name, _op_name(bsym), _executor_name(bsym), "execution", _declines_for(bsym.sym.name, record)))
+            rows.append(_execution_row(name, bsym, record))
     return rows
+
+
+def _execution_row(trace: str, bsym: Any, record: CompilationRecord) -> Row:
+    executor = _executor_name(bsym)
+    names = {bsym.sym.name, str(bsym.sym.id)} | {sub.sym.name for sub in bsym.subsymbols}
+    accepted = any(
+        d.reason is None and d.executor == executor and d.stage == Stage.AFTER_UNROLLING and _same_op(d.target, names)
+        for d in record.decisions
+    )
+    fallback = bool(names & record.fallbacks) or any(_same_op(name, names) for name in record.fallbacks)
+    return Row(trace, _op_name(bsym), executor, "execution", _declines_for(bsym.sym.name, record), accepted, fallback)
+
+
+def _same_op(qualified: str, names: set[str]) -> bool:
+    """``torch.ops.aten.add.Tensor`` is printed ``aten_add_Tensor`` in execution traces."""
+    parts = qualified.split(".")
+    return qualified in names or (len(parts) >= 4 and "_".join(parts[-3:]) in names)
 
 
 def _walk(bsyms: list) -> Any:
@@ -72,16 +107,16 @@ def _before_autodiff_row(bsym: Any, executors: list, record: CompilationRecord) 
         display = printed.split("= ", 1)[1].split("(", 1)[0]
     for executor in executors:
         if any(f"{name.rsplit('.', 1)[-1]}.apply" == display for name in getattr(executor, "whole_functions", ())):
-            return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF)
+            return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF, claimed=True)
     declined = []
     for executor in (ex.name for ex in executors):
         decision = record.latest_decision(executor, display)
         if decision is None:
             continue
         if decision.reason is None:
-            return Row("program", display, executor, Stage.BEFORE_AUTODIFF, tuple(declined))
+            return Row("program", display, executor, Stage.BEFORE_AUTODIFF, tuple(declined), claimed=True)
         declined.append(f"{executor}: {decision.reason}")
-    return Row("program", display, "thunderplug (autodiff of the outer op, then unrolled)", Stage.BEFORE_AUTODIFF, tuple(declined))
+    return Row("program", display, GENERIC, Stage.BEFORE_AUTODIFF, tuple(declined), fallback=True)
 
 
 def _declines_for(op_name: str, record: CompilationRecord) -> tuple[str, ...]:
@@ -105,6 +140,39 @@ def _executor_name(bsym: Any) -> str:
     if executor is not None:
         return str(executor.name)
     return "python" if bsym.sym.python_impl is not None else "-"
+
+
+def summarize(rows: list[Row]) -> list[Tally]:
+    """Per trace (program, forward, backward), per executor: ops taken, by a claim, as a fallback,
+    and how many ops its checkers declined."""
+    tallies = []
+    for trace in TRACES:
+        in_trace = [row for row in rows if row.trace == trace]
+        executors = dict.fromkeys(row.executor for row in in_trace)  # first-seen order
+        decliners = dict.fromkeys(reason.split(":", 1)[0] for row in in_trace for reason in row.declined)
+        for executor in [*executors, *(d for d in decliners if d not in executors)]:
+            taken = [row for row in in_trace if row.executor == executor]
+            declined = sum(any(r.split(":", 1)[0] == executor for r in row.declined) for row in in_trace)
+            claimed, fallbacks = sum(row.claimed for row in taken), sum(row.fallback for row in taken)
+            tallies.append(Tally(trace, executor, len(taken), claimed, fallbacks, declined))
+    return tallies
+
+
+def format_summary(rows: list[Row]) -> str:
+    """The summary table, then the before-autodiff decisions (usually few, and the interesting ones)."""
+    tallies = summarize(rows)
+    width = max([len(t.executor) for t in tallies] + [len("executor")])
+    lines = [f"{'trace':<9} {'executor':<{width}} {'ops':>5} {'claimed':>8} {'fallback':>9} {'declined':>9}"]
+    lines += [
+        f"{t.trace:<9} {t.executor:<{width}} {t.ops:>5} {t.claimed:>8} {t.fallbacks:>9} {t.declined:>9}" for t in tallies
+    ]
+    program = [row for row in rows if row.trace == "program"]
+    if program:
+        lines += ["", "before autodiff (who differentiates each subclass op):"]
+        for row in program:
+            lines.append(f"  {row.op:<40} {row.executor}")
+            lines += [f"  {'':<40}   declined by {reason}" for reason in row.declined]
+    return "\n".join(lines)
 
 
 def format_rows(rows: list[Row]) -> str:

@@ -50,28 +50,27 @@ class PluginStatus:
 
 
 def format_table(statuses: list[PluginStatus]) -> str:
-    """A plain-text table, one plugin per row, for terminals and logs."""
-    headers = ("name", "distribution", "version", "status", "executors", "hooks", "module", "reason")
+    """A plain-text table, one plugin per row, then each plugin's hooks and, if not active, why."""
+    headers = ("name", "distribution", "version", "status", "executors", "module")
     rows = [
-        (
-            s.name,
-            s.distribution or "-",
-            s.version or "-",
-            s.status.value,
-            ",".join(s.executors) or "-",
-            ",".join(s.hooks) or "-",
-            s.module or "-",
-            _reason(s),
-        )
+        (s.name, s.distribution or "-", s.version or "-", s.status.value, ",".join(s.executors) or "-", s.module or "-")
         for s in statuses
     ]
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    name_width = max(len(s.name) for s in statuses) if statuses else 0
+    lines += ["", "hooks:"]
+    lines += [f"  {s.name:<{name_width}}  {', '.join(s.hooks) or '-'}" for s in statuses]
+    notes = [(s.name, note) for s in statuses for note in _notes(s)]
+    if notes:
+        lines += ["", "why:"]
+        lines += [f"  {name:<{name_width}}  {note}" for name, note in notes]
     return "\n".join(lines)
 
 
-def _reason(status: PluginStatus) -> str:
-    if status.reason:
-        return status.reason
-    return "; ".join(f"{name} unavailable: {why}" for name, why in status.unavailable_executors.items())
+def _notes(status: PluginStatus) -> list[str]:
+    notes = [f"{status.status.value}: {status.reason}"] if status.reason else []
+    if status.status is Status.ACTIVE:
+        notes += [f"executor {name} unavailable: {why}" for name, why in status.unavailable_executors.items()]
+    return notes

@@ -14,6 +14,7 @@ from ``thunder.jit`` rather than a split to inductor.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,18 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 
 def compiler_class() -> type:
-    """``thunder.dynamo.ThunderCompiler`` (imported on first use: thunder.dynamo costs ~0.7 s)."""
-    from thunder.dynamo import ThunderCompiler
+    """``thunder.dynamo.ThunderCompiler``.
 
+    Importing thunder.dynamo imports ``torch.utils.cpp_extension``, which logs a warning on machines
+    with a CUDA toolkit but no CUDA runtime; that says nothing about thunderplug, so it is held back.
+    """
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        from thunder.dynamo import ThunderCompiler
+    finally:
+        logger.setLevel(level)
     return ThunderCompiler
 
 

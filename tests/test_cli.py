@@ -1,0 +1,133 @@
+"""The ``thunderplug`` command: help, version, plugins and explain, with snapshots of what users read.
+
+Snapshots live in tests/snapshots/; after an intended change of the output, rewrite them with
+``THUNDERPLUG_UPDATE_SNAPSHOTS=1 pytest tests/test_cli.py`` and review the diff.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from thunderplug.cli import main
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+ON_CPU = pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="snapshot recorded on CPU (thunder's defaults differ with CUDA)"
+)
+
+
+def assert_snapshot(name: str, text: str) -> None:
+    path = SNAPSHOTS / name
+    if os.environ.get("THUNDERPLUG_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(text)
+    assert path.exists(), f"no snapshot {path}; run with THUNDERPLUG_UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text()
+
+
+def run_cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "COLUMNS": "100", **env}
+    environ.pop("THUNDERPLUG_UPDATE_SNAPSHOTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "thunderplug", *args], capture_output=True, text=True, env=environ, cwd=cwd
+    )
+
+
+def test_help_is_plain_text_and_lists_every_command(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and ":func:" not in out
+    for command in ("plugins", "explain", "demo", "--version"):
+        assert command in out
+    assert_snapshot("help.txt", out)
+
+
+def test_version(capsys):
+    import thunderplug
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == f"thunderplug {thunderplug.__version__}\n"
+
+
+def test_plugins_table_snapshot_and_no_thunder_import_warning():
+    result = run_cli("plugins", THUNDERPLUG_PLUGINS="aten_ops,float8")
+    assert result.returncode == 0, result.stderr
+    assert "transformer_engine module not found" not in result.stderr
+    table, _, order = result.stdout.rpartition("\ndiscover() returns, in this order: ")
+    assert order.startswith("thunderplug, thunderplug_broadcast_grads, eager_kernels, float8, aten")
+    assert_snapshot("plugins.txt", table + "\n")
+
+
+def test_plugins_json_has_statuses_hooks_and_the_executor_order():
+    result = run_cli("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    by_name = {r["name"]: r for r in report["plugins"]}
+    assert by_name["aten_ops"]["executors"] == ["aten", "eager_kernels"]
+    assert by_name["aten_ops"]["module"] == "thunderplug_aten_ops.hooks"
+    assert "register_aten_ops" in by_name["aten_ops"]["hooks"]
+    assert by_name["thunderplug"]["builtin"] and by_name["thunderplug"]["status"] == "active"
+    assert report["executors"][:2] == ["thunderplug", "thunderplug_broadcast_grads"]
+    assert report["executors"][-1] != "torch"  # thunder appends its always-executors itself
+
+
+SCRIPT_THAT_EXITS = """
+import sys
+import torch, thunder, thunderplug
+from torch.testing._internal.two_tensor import TwoTensor
+
+
+def main():
+    f = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover())
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    f(x).sum().backward()
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+
+
+@ON_CPU
+def test_explain_a_script_that_ends_in_sys_exit(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT_THAT_EXITS))
+    result = run_cli("explain", "train.py", cwd=tmp_path, THUNDERPLUG_PLUGINS="aten_ops")
+    assert result.returncode == 3, result.stderr
+    assert_snapshot("explain_summary.txt", result.stdout)
+
+
+def test_explain_a_script_that_raises_json(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text(
+        "import torch, thunder, thunderplug\n"
+        "f = thunder.jit(lambda x: x.cos() + 1, executors=thunderplug.discover())\n"
+        "f(torch.randn(4))\n"
+        "raise ValueError('the script failed after compiling')\n"
+    )
+    result = run_cli("explain", "--json", str(script))
+    assert result.returncode == 1
+    assert "ValueError: the script failed after compiling" in result.stderr  # the traceback, for the user
+    report = json.loads(result.stdout)
+    assert (report["exit_code"], report["error"]) == (1, "ValueError: the script failed after compiling")
+    (function,) = report["functions"]
+    assert {row["trace"] for row in function["rows"]} == {"forward"}
+    assert sum(t["ops"] for t in function["summary"]) == len(function["rows"])
+
+
+def test_demo_trains_until_the_loss_falls_and_fp8_runs_agree(capsys):
+    pytest.importorskip("torchao.float8")
+    from thunderplug.demo import run_demo
+
+    assert run_demo(progress=False) == 0
+    out = capsys.readouterr().out
+    assert "every run's loss fell below half its first value: True" in out
+    assert "parameters after training match fp8 eager (1e-4): True" in out
