@@ -23,7 +23,8 @@ def attempt(run):
     try:
         return run()
     except Exception as error:  # noqa: BLE001 - reported by the test
-        return {"error": f"{type(error).__name__}: {str(error)[:2000]}"}
+        import traceback
+        return {"error": traceback.format_exc()[-6000:]}
 
 
 def mesh(world_size):
@@ -158,3 +159,70 @@ def dtensor_inputs(rank, world_size):
 
     return {"eager": run(f), "compiled": attempt(lambda: run(jit(f)))}
 
+
+
+# -- functional collectives (what DTensor's redistributions and funcol emit) --------------------
+
+
+def _collective_steps(fn, rank, *, grad: bool):
+    record = {"losses": [], "grads": []}
+    for step in range(3):
+        g = torch.Generator().manual_seed(10 * rank + step)
+        x = torch.randn(2, 3, generator=g, requires_grad=grad)
+        w = torch.randn(3, 2, generator=torch.Generator().manual_seed(step), requires_grad=grad)
+        loss = fn(x, w)
+        if grad:
+            loss.backward()
+        record["losses"].append(plain(loss))
+        record["grads"].append({"x": plain(x.grad), "w": plain(w.grad)})
+    return record
+
+
+def _compare_collectives(rank, f, *, grad: bool):
+    jitted = jit(f)
+    runs = {"eager": _collective_steps(f, rank, grad=grad)}
+    runs["compiled"] = attempt(lambda: _collective_steps(jitted, rank, grad=grad))
+    if "error" not in runs["compiled"]:
+        runs["trace"] = str(thunder.last_traces(jitted)[-1])
+    return runs
+
+
+def functional_collective_overloads(rank, world_size):
+    group = torch.distributed.group.WORLD.group_name
+    ops = torch.ops._c10d_functional
+
+    def f(x, w):
+        a = ops.all_reduce.default(x * 2, "sum", group)
+        g = ops.all_gather_into_tensor.default(x @ w, world_size, group)
+        r = ops.reduce_scatter_tensor.default(x.repeat(world_size, 1), "sum", world_size, group)
+        a, g, r = ops.wait_tensor.default(a), ops.wait_tensor.default(g), ops.wait_tensor.default(r)
+        return a.sum() + (g * g).sum() + (r * 3).sum()
+
+    return _compare_collectives(rank, f, grad=False)
+
+
+def functional_collective_packets(rank, world_size):
+    """The packet form (``torch.ops._c10d_functional.wait_tensor(t)``), which thunder maps to an identity."""
+    group = torch.distributed.group.WORLD.group_name
+    ops = torch.ops._c10d_functional
+
+    def f(x, w):
+        a = ops.all_reduce(x * 2, "sum", group)
+        g = ops.all_gather_into_tensor(x @ w, world_size, group)
+        return ops.wait_tensor(a).sum() + (ops.wait_tensor(g) * 3).sum()
+
+    return _compare_collectives(rank, f, grad=False)
+
+
+def funcol_with_gradients(rank, world_size):
+    """torch.distributed._functional_collectives (AsyncCollectiveTensor results), with autograd."""
+    import torch.distributed._functional_collectives as funcol
+
+    group = torch.distributed.group.WORLD
+
+    def f(x, w):
+        reduced = funcol.all_reduce(x * 2, "sum", group)  # no derivative in torch: no gradient flows here
+        gathered = funcol.all_gather_tensor_autograd(x @ w, 0, group)
+        return reduced.sum() + (gathered * gathered).sum()
+
+    return _compare_collectives(rank, f, grad=True)

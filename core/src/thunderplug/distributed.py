@@ -10,18 +10,34 @@ full copies it captured, and the parameters the optimizer steps get no gradient:
 transform has overridden reads the module's current parameter, so whatever FSDP2 (or a user)
 put there is what the prologue unpacks, and its guards re-trace when its type or metadata
 changed.
+
+Functional collectives (``torch.ops._c10d_functional.*``: what DTensor, funcol and torchtitan's
+code call) are asynchronous: the op returns at once and ``wait_tensor`` blocks until the result
+is there. thunder 0.2.6 maps two of their packets to its own symbols, ``all_reduce`` to its
+synchronous prim (no gradient rule) and ``wait_tensor`` to an identity, so a packet-form
+``wait_tensor`` after an asynchronous ``all_gather_into_tensor`` reads the buffer before the
+collective filled it: silently wrong values. :func:`collective_lookasides` sends those packets,
+in ``discover()`` compilations, to the same place as every other collective: the ATen table's
+fallback symbols, which run each op as itself (the wait really waits; it depends on its
+collective's output, so it stays after it) with torch's own autograd.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import thunder
 import torch
+from thunder.core.jit_ext import record_source_loc_in_symbol_header
 
-from thunderplug.thunder_compat import replace_thunder_module_parameters
+from thunderplug.aten import AtenTable
+from thunderplug.thunder_compat import replace_thunder_module_parameters, torch_to_thunder_function_map
+
+#: namespaces of torch's functional collectives
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d_functional")
 
 
 class LiveParameters(dict):
@@ -137,12 +153,25 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
 
 def _compiled_by_thunderplug(module_ref: weakref.ref) -> Callable[[], bool | None]:
     def answer() -> bool | None:
-        from thunderplug.subclass.executor import ThunderplugExecutor
-
         module = module_ref()
         compile_data = thunder.compile_data(module) if module is not None else None
         if compile_data is None:
             return None  # thunder.jit has not attached its CompileData yet
-        return any(isinstance(ex, ThunderplugExecutor) for ex in compile_data.executors_list)
+        # the core executor of discover()'s list is the one carrying an ATen table
+        return any(isinstance(getattr(ex, "aten", None), AtenTable) for ex in compile_data.executors_list)
 
     return answer
+
+
+def collective_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
+    """Executor lookasides (for the core executor of a ``discover()`` list) that resolve the
+    functional-collective packets thunder maps to its own symbols through ``table`` instead."""
+    packets = [
+        fn
+        for fn in torch_to_thunder_function_map()
+        if isinstance(fn, torch._ops.OpOverloadPacket)
+        and fn._qualified_op_name.split("::")[0] in COLLECTIVE_NAMESPACES
+    ]
+    return {
+        packet: record_source_loc_in_symbol_header(functools.partial(table.call_packet, packet)) for packet in packets
+    }

@@ -22,6 +22,7 @@ from thunder.extend import FusionExecutor, TemporaryExecutor
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.symbols import is_subclass_op
+from thunderplug.distributed import collective_lookasides
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
 
@@ -33,6 +34,7 @@ class ThunderplugExecutor(FusionExecutor):
         super().__init__(CORE_EXECUTOR_NAME, version=version)
         self.aten = AtenTable(aten_ops)
         self._lookasides.update(self.aten.lookasides())
+        self._lookasides.update(collective_lookasides(self.aten))
         self._lookasides.update(_opaque_proxy_methods())
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
