@@ -13,8 +13,9 @@ ops). Registered decompositions stay preferred: they are fusible and visible to 
 
 Gradients follow eager PyTorch: integer and bool outputs never carry one; an op whose
 floating-point output has no derivative raises :class:`NotDifferentiableError` only when a
-gradient really flows into that output (thunder skips the backward of outputs whose cotangent is
-``None``), naming the op and the user's line.
+gradient really flows into that output, naming the op and the user's line: at trace time thunder
+skips the backward of outputs whose cotangent is ``None``; at run time the backward checks that
+the cotangent it was given is not all zeros (what an output no loss uses receives).
 """
 
 from __future__ import annotations
@@ -143,21 +144,36 @@ def _register_without_derivative(symbol: Symbol, name: str) -> None:
         return result, (_recorded_location(name, args, kwargs), _inexact_leaves(result), len(args))
 
     def backward(location: str, inexact: tuple[bool, ...], nargs: int, *cotangents: Any) -> tuple:
-        if any(c is not None and flag for c, flag in zip(cotangents, inexact)):
-            raise NotDifferentiableError(
-                f"{name} has no derivative, but a gradient flows into its floating-point output{location}. "
-                "Detach its inputs or that output, or differentiate the operation that calls it (for a tensor "
-                "subclass, the outer torch op)."
-            )
+        message = (
+            f"{name} has no derivative, but a gradient flows into its floating-point output{location}. "
+            "Detach its inputs or that output, or differentiate the operation that calls it (for a tensor "
+            "subclass, the outer torch op)."
+        )
+        for cotangent, flag in zip(cotangents, inexact):
+            if cotangent is not None and flag:
+                refuse_gradient(cotangent, message)
         return (None,) * nargs
 
     register_augmented_forward(symbol.id)(augmented_forward)
     register_backward(symbol.id)(backward)
 
 
+def _refuse_gradient(cotangent: torch.Tensor, message: str) -> None:
+    """Eager raises when its backward reaches an op without derivative, not when the forward ran;
+    thunder builds the backward with the forward, so the check waits until the backward runs (an
+    all-zero cotangent is what an output that no loss uses receives)."""
+    if bool(cotangent.ne(0).any()):
+        raise NotDifferentiableError(message)
+
+
+refuse_gradient = pythonex.register_operator(
+    "refuse_gradient", meta=lambda cotangent, message: None, fn=_refuse_gradient, tags=(OpTags.DONT_DCE,)
+)
+
+
 def _inexact_leaves(result: Any) -> tuple[bool, ...]:
-    """Per output leaf (the order thunder passes cotangents in): may it carry a gradient?"""
-    return tuple(isinstance(x, TensorProxy) and dtypes.is_inexact_dtype(x.dtype) for x in tree_flatten(result)[0])
+    """Per tensor output (thunder passes one cotangent each, in this order): may it carry a gradient?"""
+    return tuple(dtypes.is_inexact_dtype(x.dtype) for x in tree_flatten(result)[0] if isinstance(x, TensorProxy))
 
 
 # -- where in the user's code an op was called (for errors raised later, in autodiff) ---------------
@@ -174,15 +190,21 @@ def user_location() -> str:
     return f" (at {filename}:{positions.lineno})"
 
 
-def _call_key(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]]:
-    return (name, tuple(x.name for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)))
+def _call_key(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple]:
+    """An op call by its name and its tensors' metadata: proxy names change between the
+    interpreted program and the trace autodiff sees, metadata does not."""
+    tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+    return (name, tuple((tuple(x.shape), str(x.dtype)) for x in tensors))
 
 
 def _remember_location(name: str, args: tuple, kwargs: dict) -> None:
     record = current_record()
     location = user_location() if record is not None else ""
     if location:
-        record.source_locations[_call_key(name, args, kwargs)] = location
+        key = _call_key(name, args, kwargs)
+        known = record.source_locations.get(key, "")
+        if location not in known:  # two calls that look alike: name both lines
+            record.source_locations[key] = f"{known[:-1]} or{location[4:]}" if known else location
 
 
 def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:
@@ -317,9 +339,9 @@ def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) ->
 
     def augmented_forward(*args: Any, **kwargs: Any) -> tuple[Any, tuple]:
         result = symbol(*args, **kwargs)
-        leaves = tree_flatten(result)[0]
-        carries = tuple(isinstance(x, TensorProxy) and x.requires_grad for x in leaves)
-        like = tuple((tuple(x.shape), x.device, x.dtype) if isinstance(x, TensorProxy) else None for x in leaves)
+        tensors = [x for x in tree_flatten(result)[0] if isinstance(x, TensorProxy)]  # one cotangent each
+        carries = tuple(x.requires_grad for x in tensors)
+        like = tuple((tuple(x.shape), x.device, x.dtype) for x in tensors)
         return result, (args, kwargs, _recorded_location(name, args, kwargs), carries, like)
 
     def backward(args: tuple, kwargs: dict, location: str, carries: tuple, like: tuple, *cotangents: Any) -> tuple:
@@ -327,25 +349,43 @@ def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) ->
             return (None,) * len(args)
         from thunderplug.subclass.autodiff import vjp_of
         from thunderplug.subclass.symbols import unrolled_op_symbol
-        from thunderplug.subclass.unroll import SubclassDispatchError
 
         flowing = [
             c if c is not None else clang.full(shape, 0, device=device, dtype=dtype)
             for c, flag, (shape, device, dtype) in ((c, f, m) for c, f, m in zip(cotangents, carries, like) if f)
         ]
-        vjp = unrolled_op_symbol(f"{name}.backward", vjp_of(overload), differentiable=False)
-        try:
-            grads = iter(vjp(args, kwargs, flowing))
-        except SubclassDispatchError as error:
-            raise NotDifferentiableError(
+        problem = _derivative_problem(overload, args, kwargs)
+        if problem is not None:
+            message = (
                 f"{name}: a gradient flows into its output{location}, but torch's autograd has no derivative "
-                f"for it ({error.__cause__ or error}). Detach its inputs or that output."
-            ) from error
+                f"for it ({problem}). Detach its inputs or that output."
+            )
+            for cotangent in flowing:
+                refuse_gradient(cotangent, message)
+            return (None,) * len(args)
+        vjp = unrolled_op_symbol(f"{name}.backward", vjp_of(overload), differentiable=False)
+        grads = iter(vjp(args, kwargs, flowing))
         # vjp gives one gradient per tensor of (args, kwargs); thunder wants one per positional arg
         return tuple(_grads_like(arg, grads) for arg in args)
 
     register_augmented_forward(symbol.id)(augmented_forward)
     register_backward(symbol.id)(backward)
+
+
+def _derivative_problem(overload: OpOverload, args: tuple, kwargs: dict) -> str | None:
+    """Why torch's autograd cannot differentiate ``overload`` here (asked on fakes), or ``None``."""
+    fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
+    inputs = [t for t in tree_flatten((fake_args, fake_kwargs))[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    try:
+        with fake_mode(), torch.enable_grad():
+            for t in inputs:
+                t.requires_grad_(True)
+            outputs = [o for o in tree_flatten(overload(*fake_args, **fake_kwargs))[0]
+                       if isinstance(o, torch.Tensor) and o.requires_grad]
+            torch.autograd.grad(outputs, inputs, [torch.ones_like(o) for o in outputs], allow_unused=True)
+    except Exception as error:  # noqa: BLE001 - torch's own words are the reason
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _grads_like(arg: Any, grads: Any) -> Any:

@@ -40,20 +40,34 @@ def opinfos() -> list:
 
 @dataclass
 class Case:
-    """One sample of one OpInfo, traced and run; ``skip``/``error_*`` say why a stage did not pass."""
+    """One sample of one OpInfo, traced and run in three stages; ``skip``/``*_error`` say why a
+    stage did not pass (``None`` with the stage run: passed).
+
+    * forward: inputs that do not require grad, outputs equal eager's;
+    * requires_grad: every floating input requires grad, whether or not the op is differentiable:
+      no error, outputs equal eager's, integer/bool outputs do not require grad;
+    * backward: ``torch.autograd.grad`` of the differentiable outputs with a random cotangent,
+      equal to eager's (where eager has a differentiable output).
+    """
 
     op_id: str
     dtype: torch.dtype
     overloads: list = field(default_factory=list)
     skip: str | None = None  # out of scope or untraceable: not counted
     forward_error: str | None = None
-    backward_error: str | None = None  # None and has_backward: passed
+    requires_grad_error: str | None = None
+    backward_error: str | None = None
+    has_requires_grad: bool = False
     has_backward: bool = False
+
+    def errors(self) -> dict[str, str]:
+        """Stage -> error, for the stages that failed."""
+        found = {"forward": self.forward_error, "requires_grad": self.requires_grad_error, "backward": self.backward_error}
+        return {stage: error for stage, error in found.items() if error}
 
 
 def _sample(op, dtype, index):
-    requires_grad = op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
-    samples = op.sample_inputs("cpu", dtype, requires_grad=requires_grad)
+    samples = op.sample_inputs("cpu", dtype, requires_grad=False)
     for i, sample in enumerate(samples):
         if i == index:
             return sample
@@ -81,14 +95,22 @@ def _error(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-@functools.cache
-def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
-    """Trace sample ``index`` of OpInfo ``op_id`` with make_fx, jit ``gm.forward`` with
-    thunderplug.discover(), compare outputs and input gradients with eager."""
+def _jit(fn):
     import thunder
 
     import thunderplug
 
+    return thunder.jit(fn, executors=thunderplug.discover())
+
+
+def _fresh(inputs, requires_grad):
+    return [t.detach().clone().requires_grad_(requires_grad and t.is_floating_point()) for t in inputs]
+
+
+@functools.cache
+def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
+    """Trace sample ``index`` of OpInfo ``op_id`` with make_fx, jit ``gm.forward`` with
+    thunderplug.discover(), compare with eager in the three stages of :class:`Case`."""
     op = next(op for op in op_db if opinfo_id(op) == op_id)
     case = Case(op_id, dtype)
     if dtype not in op.supported_dtypes("cpu"):
@@ -122,39 +144,57 @@ def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
         case.skip = f"uses non-core {', '.join(outside)}"
         return case
     nondeterministic = any(o._opname in NONDETERMINISTIC_PACKETS for o in overloads)
-
-    expected_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
-    actual_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    compare = _assert_same_metadata if nondeterministic else functools.partial(_assert_close, dtype=dtype)
     try:
-        expected = fn(*expected_inputs)
+        expected = fn(*_fresh(inputs, False))
     except Exception as exc:  # noqa: BLE001
         case.skip = f"eager: {_error(exc)}"
         return case
     try:
-        actual = thunder.jit(gm.forward, executors=thunderplug.discover())(*actual_inputs)
-        (_assert_same_metadata if nondeterministic else _assert_close)(actual, expected, *([] if nondeterministic else [dtype]))
+        compare(_jit(gm.forward)(*_fresh(inputs, False)), expected)
     except Exception as exc:  # noqa: BLE001 - recorded and asserted by the caller
         case.forward_error = _error(exc)
-        return case
 
+    if not any(t.is_floating_point() for t in inputs):
+        return case
+    expected_inputs, actual_inputs = _fresh(inputs, True), _fresh(inputs, True)
+    try:
+        expected = fn(*expected_inputs)
+    except Exception:  # noqa: BLE001 - eager itself refuses inputs that require grad here
+        return case
+    case.has_requires_grad = True
+    try:
+        actual = _jit(gm.forward)(*actual_inputs)
+        compare(actual, expected)
+        for a in tree_flatten(actual)[0]:
+            if isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex()):
+                assert not a.requires_grad, f"a {a.dtype} output requires grad"
+    except Exception as exc:  # noqa: BLE001
+        case.requires_grad_error = _error(exc)
+        return case
+    _check_backward(case, actual, expected, actual_inputs, expected_inputs, nondeterministic, dtype)
+    return case
+
+
+def _check_backward(case, actual, expected, actual_inputs, expected_inputs, nondeterministic, dtype):
+    """Input gradients for one random cotangent per differentiable eager output, thunder vs eager."""
     differentiable = [
         (a, e) for a, e in zip(tree_flatten(actual)[0], tree_flatten(expected)[0])
         if isinstance(e, torch.Tensor) and e.requires_grad and e.dtype.is_floating_point
     ]
-    wrt = [i for i, t in enumerate(inputs) if t.requires_grad]
-    if not differentiable or not wrt or nondeterministic:
-        return case
-    case.has_backward = True
+    wrt = [i for i, t in enumerate(expected_inputs) if t.requires_grad]
+    if not differentiable or nondeterministic:
+        return
     generator = torch.Generator().manual_seed(0)
     cotangents = [torch.randn(e.shape, dtype=e.dtype, generator=generator) for _, e in differentiable]
     try:
         expected_grads = torch.autograd.grad(
             [e for _, e in differentiable], [expected_inputs[i] for i in wrt], cotangents, allow_unused=True
         )
-        expected_grads = [torch.zeros_like(expected_inputs[i]) if g is None else g for i, g in zip(wrt, expected_grads)]
-    except Exception:  # noqa: BLE001
-        case.has_backward = False
-        return case
+    except Exception:  # noqa: BLE001 - eager has no derivative for this sample
+        return
+    case.has_backward = True
+    expected_grads = [torch.zeros_like(expected_inputs[i]) if g is None else g for i, g in zip(wrt, expected_grads)]
     try:
         # thunder marks outputs with an identically zero gradient (floor, sign...) as not requiring grad
         connected = [(a, c) for (a, _), c in zip(differentiable, cotangents) if a.requires_grad]
@@ -167,4 +207,3 @@ def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
         _assert_close(actual_grads, expected_grads, dtype)
     except Exception as exc:  # noqa: BLE001
         case.backward_error = _error(exc)
-    return case

@@ -1,5 +1,7 @@
-"""Every OpInfo whose make_fx ATen graph uses only registered overloads: thunder vs eager, forward
-and input gradients, float32 and float64 on CPU.
+"""Every OpInfo whose make_fx ATen graph uses only core (or the listed extra) overloads: thunder vs
+eager, float32 and float64 on CPU, in three stages (opinfo_harness.Case): forward, the same with
+every floating input requiring grad (also through ops without derivative), and input gradients
+for a random cotangent.
 
 Default run (CI): each OpInfo runs its first sample in ONE dtype, float32 or float64, chosen by a
 stable hash of its name (``zlib.crc32``; the other dtype when the chosen one is unsupported), so
@@ -25,12 +27,12 @@ import torch
 from opinfo_harness import DTYPES, opinfo_id, opinfos, run_case
 
 #: (OpInfo, stage) -> reason; strict, so a fix shows up as XPASS
+_NONZERO = "aten.nonzero: data-dependent output shape, refused on purpose (thunder 0.2.6 traces have static shapes)"
 XFAILS = {
-    ("nonzero", "forward"): "aten.nonzero: data-dependent output shape, thunder proxies need static shapes",
-    ("argwhere", "forward"): "aten.nonzero: data-dependent output shape, thunder proxies need static shapes",
-    ("scatter_reduce.prod", "forward"): "scatter_reduce: thunder has no scatter-prod",
-    ("scatter_reduce.amax", "forward"): "scatter_reduce: thunder has no scatter-max",
-    ("scatter_reduce.amin", "forward"): "scatter_reduce: thunder has no scatter-min",
+    ("nonzero", "forward"): _NONZERO,
+    ("argwhere", "forward"): _NONZERO,
+    ("nonzero", "requires_grad"): _NONZERO,
+    ("argwhere", "requires_grad"): _NONZERO,
     ("index_put", "backward"): "thunder 0.2.6 index_put grad with accumulate=False and repeated indices differs",
 }
 
@@ -84,10 +86,19 @@ def test_forward(request, op_id, dtype):
         assert case.forward_error is None, f"{case.forward_error} (overloads: {case.overloads})"
 
 
-def test_backward(request, op_id, dtype):
-    cases = [c for c in _in_scope(_cases(request, op_id, dtype)) if c.forward_error is None and c.has_backward]
+def test_requires_grad(request, op_id, dtype):
+    """Floating inputs that require grad, differentiable op or not: values and requires_grad as eager."""
+    cases = [c for c in _in_scope(_cases(request, op_id, dtype)) if c.has_requires_grad]
     if not cases:
-        pytest.skip("no differentiable sample whose forward passes")
+        pytest.skip("no sample with floating inputs that eager runs with requires_grad")
+    for case in cases:
+        assert case.requires_grad_error is None, f"{case.requires_grad_error} (overloads: {case.overloads})"
+
+
+def test_backward(request, op_id, dtype):
+    cases = [c for c in _in_scope(_cases(request, op_id, dtype)) if c.requires_grad_error is None and c.has_backward]
+    if not cases:
+        pytest.skip("no differentiable sample whose requires_grad stage passes")
     for case in cases:
         assert case.backward_error is None, f"{case.backward_error} (overloads: {case.overloads})"
 
