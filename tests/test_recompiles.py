@@ -12,14 +12,16 @@ from thunderplug.subclass import interception
 
 @pytest.fixture
 def noting_inputs(monkeypatch):
-    """The one line the subclass input path needs (``recompiles.note_subclass_input`` in
-    ``interception._subclass_input``), applied here until the subclass code calls it itself."""
+    """The one line the subclass input path needs, applied here until the subclass code calls it itself:
+    ``recompiles.note_subclass_input(name, type(x), proxy.layout.ctx, history)`` in
+    ``interception._subclass_input``."""
     original = interception._subclass_input
     if "note_subclass_input" in original.__code__.co_names:
         return
+
     def noted(x, name, history):
         proxy = original(x, name, history)
-        recompiles.note_subclass_input(name, type(x), proxy.layout.ctx)
+        recompiles.note_subclass_input(name, type(x), proxy.layout.ctx, history)
         return proxy
 
     monkeypatch.setattr(interception, "_subclass_input", noted)

@@ -16,6 +16,7 @@ seen is kept per ``thunder.jit`` function (weakly keyed by its ``CompileData``).
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import weakref
@@ -50,14 +51,18 @@ def limit() -> int:
     return int(value) if value.strip().isdigit() else DEFAULT_LIMIT
 
 
-def note_subclass_input(name: str, subclass: type, ctx: Any, compile_data: Any | None = None) -> None:
-    """Record that the compilation in progress proxies subclass input ``name`` with flatten context ``ctx``."""
+def note_subclass_input(
+    name: str, subclass: type, ctx: Any, history: Any = None, compile_data: Any | None = None
+) -> None:
+    """Record that the compilation in progress proxies subclass input ``name`` (thunder's proxy name;
+    ``history``, its provenance, gives the user's parameter name) with flatten context ``ctx``."""
     if compile_data is None:
         from thunder.core.compile_data import get_compile_data
 
         compile_data = get_compile_data()
         if compile_data is None:
             return
+    name = _user_name(history, getattr(compile_data, "fn", None)) or name
     with _lock:
         inputs = _seen.setdefault(compile_data, {})
         seen = inputs.setdefault(name, _Seen(subclass.__qualname__))
@@ -98,6 +103,30 @@ def changed_fields(before: Any, after: Any, path: str = "ctx") -> list[str]:
         ]
         return found or [path]
     return [] if _same(before, after) else [path]
+
+
+def _user_name(history: Any, fn: Any) -> str | None:
+    """``x`` or ``x.weight`` for an input whose provenance is positional argument 0 (or an attribute
+    of it) of ``fn``; ``None`` when the provenance says something else."""
+    inst = getattr(getattr(history, "inst", None), "name", None)
+    inputs = getattr(history, "inputs", None) or []
+    if inst == "LOAD_ATTR" and len(inputs) == 2:
+        owner = _user_name(inputs[0], fn)
+        return f"{owner}.{inputs[1].value}" if owner else None
+    if inst == "BINARY_SUBSCR" and len(inputs) == 2 and getattr(inputs[0].inst, "name", None) == "INPUT_ARGS":
+        index = inputs[1].value
+        try:
+            parameters = [
+                p.name
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+            ]
+        except (TypeError, ValueError):
+            return None
+        return parameters[index] if isinstance(index, int) and index < len(parameters) else None
+    if inst == "BINARY_SUBSCR" and len(inputs) == 2 and getattr(inputs[0].inst, "name", None) == "INPUT_KWARGS":
+        return str(inputs[1].value)
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:
