@@ -2,7 +2,8 @@
 
 Enable it with ``pytest_plugins = ["thunderplug.testing"]`` (or ``-p thunderplug.testing``). It gives:
 
-* ``plugin_host``: a fresh :class:`~thunderplug.PluginHost` that loads no entry points;
+* ``plugin_host``: a fresh :class:`~thunderplug.PluginHost` that loads no entry points (thunderplug's
+  own default plugins only);
 * ``register_plugin(obj, name)``: adds a plugin to the shared host that ``thunderplug.discover()``
   uses, for one test only;
 * the ``requires_cuda`` marker, which skips with the same reason ``thunderplug plugins`` shows.
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from thunderplug import settings
 from thunderplug.availability import cuda_unavailable_reason
 from thunderplug.discovery import PluginHost, default_host
 from thunderplug.report import PluginStatus
@@ -33,7 +35,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def plugin_host(monkeypatch: pytest.MonkeyPatch) -> PluginHost:
     """A host with no plugins loaded from entry points and no THUNDERPLUG_* variables applied."""
-    for variable in ("THUNDERPLUG_PLUGINS", "THUNDERPLUG_DISABLE", "THUNDERPLUG_STRICT"):
+    for variable in (settings.PLUGINS, settings.DISABLE, settings.STRICT, settings.QUIET):
         monkeypatch.delenv(variable, raising=False)
     return PluginHost(load_entry_points=False)
 
