@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from thunderplug.cli import main
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -33,7 +32,7 @@ def run_cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.Compl
     environ = {**os.environ, "COLUMNS": "100", **env}
     environ.pop("THUNDERPLUG_UPDATE_SNAPSHOTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "thunderplug", *args], capture_output=True, text=True, env=environ, cwd=cwd
+        [sys.executable, "-m", "thunderplug", *args], capture_output=True, text=True, env=environ, cwd=cwd, check=False
     )
 
 

@@ -3,9 +3,8 @@
 import json
 
 import pytest
-import torch
-
 import thunderplug
+import torch
 from thunderplug import ExecutorSpec, PluginHost, Status, hookimpl
 from thunderplug.cli import main
 
@@ -201,7 +200,7 @@ def test_python_dash_m_entry_point():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "thunderplug", "plugins", "--json"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "thunderplug", "plugins", "--json"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert any(r["name"] == "aten_ops" for r in json.loads(result.stdout)["plugins"])
 

@@ -2,9 +2,8 @@
 
 import pytest
 import thunder
-import torch
-
 import thunderplug
+import torch
 from subclasses import ScaledTensor
 from thunderplug import recompiles
 from thunderplug.subclass import interception

@@ -45,11 +45,12 @@ __all__ = [
     "Status",
     "SubclassOpClaim",
     "ThunderplugWarning",
+    "__version__",
     "discover",
     "hookimpl",
     "report",
 ]
-from thunderplug import recipe as _recipe  # noqa: E402 - imports thunder, after the light names above
+from thunderplug import recipe as _recipe
 
 _recipe.register()  # thunder.compile(model, recipe="thunderplug") and plugins="thunderplug"
 

@@ -353,7 +353,7 @@ class PluginHost:
                         f"the factory of executor {spec.name!r} returned {executor!r}, a {type(executor).__name__}, "
                         "not a thunder.extend.Executor"
                     )
-            except Exception as error:  # noqa: BLE001 - one broken executor must not take down the others
+            except Exception as error:
                 if self.strict:
                     raise
                 self.mark_failed(plugin_name, error)

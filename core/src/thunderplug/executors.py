@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import thunder
 from thunder.extend import Executor
 
-from thunderplug.thunder_compat import patches
 from thunderplug.claims import restrict_fusers
 from thunderplug.discovery import PluginHost
+from thunderplug.thunder_compat import patches
 
 
 def assemble_executors(

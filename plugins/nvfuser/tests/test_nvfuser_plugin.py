@@ -2,13 +2,12 @@
 
 import pytest
 import thunder
-import torch
-from torch.testing._internal.two_tensor import TwoTensor
-
 import thunderplug
+import torch
 from thunderplug import PluginHost, Status
 from thunderplug_nvfuser import hooks
 from thunderplug_nvfuser.cpu_fallback import touches_float8
+from torch.testing._internal.two_tensor import TwoTensor
 
 
 def test_nvfuser_says_why_it_is_unavailable_here():
