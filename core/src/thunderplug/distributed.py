@@ -163,9 +163,77 @@ def _compiled_by_thunderplug(module_ref: weakref.ref) -> Callable[[], bool | Non
     return answer
 
 
+def distributed_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
+    """Executor lookasides for the core executor of a ``discover()`` list: functional collectives
+    through ``table`` (:func:`collective_lookasides`), DTensor's API as ops traced on fakes
+    (:func:`dtensor_lookasides`)."""
+    return {**collective_lookasides(table), **dtensor_lookasides()}
+
+
+def dtensor_lookasides() -> dict[Any, Callable[..., Any]]:
+    """``DTensor.from_local``, ``to_local`` and ``redistribute``, which thunder maps to its own
+    DTensorProxy symbols (no gradient through ``from_local``), and ``distribute_tensor``, which
+    thunder would interpret (and fail on ``tensor.is_leaf``), as ops of the generic subclass core:
+    each traced on fakes, forward and backward, through DTensor's own autograd.Functions, so the
+    collectives a redistribution needs appear in the trace as the ops they are."""
+    from thunderplug.subclass.symbols import unrolled_op_symbol
+
+    def lookaside(fn: Callable[..., Any]) -> Callable[..., Any]:
+        symbol = unrolled_op_symbol(fn.__qualname__, fn)
+        return record_source_loc_in_symbol_header(lambda *args, **kwargs: symbol(*args, **kwargs))
+
+    from torch.distributed.tensor import distribute_tensor
+
+    mapped = {
+        fn: lookaside(fn)
+        for fn in torch_to_thunder_function_map()
+        if getattr(fn, "__qualname__", "").startswith("DTensor.")
+        and getattr(fn, "__module__", "").startswith("torch.distributed.tensor")
+    }
+    symbol = unrolled_op_symbol("distribute_tensor", functional_distribute_tensor)
+    mapped[distribute_tensor] = record_source_loc_in_symbol_header(lambda *a, **k: symbol(*a, **k))
+    return mapped
+
+
+def functional_distribute_tensor(
+    tensor: torch.Tensor, device_mesh: Any = None, placements: Any = None, *, src_data_rank: int | None = 0
+) -> torch.Tensor:
+    """``distribute_tensor`` with functional collectives, for one-dimensional meshes.
+
+    torch's own broadcasts rank ``src_data_rank``'s tensor in place (``c10d.broadcast_``, which has
+    no fake kernel, so it cannot be traced); this one broadcasts functionally, keeps this rank's
+    chunk of each ``Shard`` dimension (``torch.chunk``, as ``Shard`` splits) and wraps it with
+    ``from_local``. As in eager, the result is a new leaf: no gradient flows back to ``tensor``.
+    """
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    if device_mesh is None or device_mesh.ndim != 1:
+        raise NotImplementedError(
+            "distribute_tensor inside thunder.jit(executors=discover()) needs an explicit one-dimensional "
+            "device_mesh; call it outside the jitted function for other meshes"
+        )
+    placements = list(placements) if placements is not None else [Replicate()]
+    group = device_mesh.get_group(0)
+    local = tensor.detach()
+    if src_data_rank is not None:
+        local = funcol.wait_tensor(funcol.broadcast(local, src=src_data_rank, group=group))
+    for placement in placements:
+        if isinstance(placement, Shard):
+            chunks = torch.chunk(local, device_mesh.size(0), dim=placement.dim)
+            coordinate = device_mesh.get_local_rank(0)
+            local = chunks[coordinate] if coordinate < len(chunks) else local.narrow(placement.dim, 0, 0)
+        elif not isinstance(placement, Replicate):
+            raise ValueError(f"distribute_tensor does not take {placement} placements")
+    result = DTensor.from_local(
+        local.contiguous(), device_mesh, placements, run_check=False, shape=tensor.shape, stride=tensor.stride()
+    )
+    return result.requires_grad_(tensor.requires_grad) if tensor.requires_grad else result
+
+
 def collective_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
-    """Executor lookasides (for the core executor of a ``discover()`` list) that resolve the
-    functional-collective packets thunder maps to its own symbols through ``table`` instead."""
+    """The functional-collective packets thunder maps to its own symbols, resolved through
+    ``table`` instead (each op runs as itself)."""
     packets = [
         fn
         for fn in torch_to_thunder_function_map()

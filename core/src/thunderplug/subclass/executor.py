@@ -22,7 +22,7 @@ from thunder.extend import FusionExecutor, TemporaryExecutor
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.symbols import is_subclass_op
-from thunderplug.distributed import collective_lookasides
+from thunderplug.distributed import distributed_lookasides
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
 
@@ -34,7 +34,7 @@ class ThunderplugExecutor(FusionExecutor):
         super().__init__(CORE_EXECUTOR_NAME, version=version)
         self.aten = AtenTable(aten_ops)
         self._lookasides.update(self.aten.lookasides())
-        self._lookasides.update(collective_lookasides(self.aten))
+        self._lookasides.update(distributed_lookasides(self.aten))
         self._lookasides.update(_opaque_proxy_methods())
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
@@ -126,6 +126,7 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     """``t = subclass_flatten(subclass_unflatten(layout, *inner))`` -> use ``inner`` directly, so no
     subclass object is built at run time just to be taken apart again."""
     built_from: dict = {}  # variable of an unflatten output -> its inner proxies
+    layouts: dict = {}  # ... -> the layout it was built with
     swap: dict = {}
     result = []
     for bsym in bsyms:
@@ -133,7 +134,12 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
             bsym = bsym.from_bsym_swap_proxies(swap)
         if bsym.sym == subclass_unflatten:
             built_from[variableify(bsym.output)] = bsym.args[1:]
-        elif bsym.sym == subclass_flatten and variableify(bsym.args[0]) in built_from:
+            layouts[variableify(bsym.output)] = bsym.args[0]
+        elif (
+            bsym.sym == subclass_flatten
+            and variableify(bsym.args[0]) in built_from
+            and bsym.args[1].same_as(layouts[variableify(bsym.args[0])])  # else coerced at run time
+        ):
             for out, inner in zip(bsym.output, built_from[variableify(bsym.args[0])]):
                 swap[variableify(out)] = inner
             continue

@@ -51,11 +51,13 @@ def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
     subclass calls would share a cache entry)."""
 
     def replacement(x: Any, name: str | None = None, history: Any = None) -> Any:
-        result = original(x, name, history)
-        if result is not None or not isinstance(x, torch.Tensor) or history is None or active_core_executor() is None:
-            return result
-        if is_traceable_wrapper_subclass(x):
+        if not isinstance(x, torch.Tensor) or history is None or active_core_executor() is None:
+            return original(x, name, history)
+        if is_traceable_wrapper_subclass(x):  # DTensor too: the generic path, not thunder's DTensorProxy
             return _subclass_input(x, name, history)
+        result = original(x, name, history)
+        if result is not None:
+            return result
         if type(x) is not torch.Tensor and not isinstance(x, torch.nn.Parameter):
             raise UntraceableSubclassError(
                 f"{type(x).__qualname__} is a torch.Tensor subclass without __tensor_flatten__/__tensor_unflatten__"

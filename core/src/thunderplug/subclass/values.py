@@ -44,6 +44,14 @@ class SubclassLayout:
     def __repr__(self) -> str:
         return f"{self.cls.__name__}Layout(ctx={self.ctx!r})"
 
+    def same_as(self, other: SubclassLayout) -> bool:
+        """Whether a value of layout ``other`` can stand for one of this layout as it is: the same
+        type and inner tensors, and, for a subclass that converts between contexts
+        (``__coerce_same_metadata_as_tangent__``, e.g. DTensor's placements), the same context."""
+        if self.cls is not other.cls or self.attrs != other.attrs:
+            return False
+        return self.ctx == other.ctx or not hasattr(self.cls, "__coerce_same_metadata_as_tangent__")
+
     @staticmethod
     def of(tensor: torch.Tensor) -> SubclassLayout:
         attrs, ctx = tensor.__tensor_flatten__()
@@ -168,15 +176,18 @@ def _flatten_meta(value: SubclassTensorProxy, layout: SubclassLayout) -> tuple[T
 
 
 def _flatten(value: torch.Tensor, layout: SubclassLayout) -> tuple[torch.Tensor, ...]:
-    if type(value) is not layout.cls:
+    if type(value) is not layout.cls or not layout.same_as(SubclassLayout.of(value)):
         value = _coerce_tangent(value, layout)
     return tuple(getattr(value, name) for name in layout.attrs)
 
 
 def _coerce_tangent(value: torch.Tensor, layout: SubclassLayout) -> torch.Tensor:
-    """A gradient that arrived with another type than the one the backward was traced for."""
+    """A gradient that arrived with another type (or, same type, another context: a DTensor with
+    other placements) than the one the backward was traced for."""
     coerce = getattr(value, "__coerce_same_metadata_as_tangent__", None)
-    coerced = coerce(layout.ctx, layout.cls) if coerce is not None else None
+    coerced = None
+    if coerce is not None:  # torch's protocol: the expected type only when it differs
+        coerced = coerce(layout.ctx) if type(value) is layout.cls else coerce(layout.ctx, layout.cls)
     if coerced is None:
         raise TypeError(
             f"expected a {layout.cls.__name__} (e.g. the gradient of a {layout.cls.__name__} output), got "
