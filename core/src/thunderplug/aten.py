@@ -333,9 +333,9 @@ def _to_torch(x: Any) -> Any:
 
 
 def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) -> None:
-    """The fallback's gradient is torch's autograd of ``overload`` (traced on fakes when a gradient
-    flows into it): a backward symbol unrolled from ``torch.autograd.grad`` of the op, as for subclass
-    ops. Without a torch derivative, a flowing gradient is a :class:`NotDifferentiableError`."""
+    """The fallback's gradient is torch's autograd of ``overload``: the table's ``backward_symbol``,
+    ``torch.autograd.grad`` of the op unrolled on fakes, as for subclass ops. Without a torch derivative,
+    a gradient flowing into the op is a :class:`NotDifferentiableError` when the backward runs."""
 
     def augmented_forward(*args: Any, **kwargs: Any) -> tuple[Any, tuple]:
         result = symbol(*args, **kwargs)
@@ -347,14 +347,13 @@ def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) ->
     def backward(args: tuple, kwargs: dict, location: str, carries: tuple, like: tuple, *cotangents: Any) -> tuple:
         if not any(c is not None and flag for c, flag in zip(cotangents, carries)):
             return (None,) * len(args)
-        from thunderplug.subclass.autodiff import vjp_of
-        from thunderplug.subclass.symbols import unrolled_op_symbol
-
         flowing = [
             c if c is not None else clang.full(shape, 0, device=device, dtype=dtype)
             for c, flag, (shape, device, dtype) in ((c, f, m) for c, f, m in zip(cotangents, carries, like) if f)
         ]
-        problem = _derivative_problem(overload, args, kwargs)
+        table = active_table()
+        build = table.backward_symbol if table is not None else None
+        problem = _derivative_problem(overload, args, kwargs) if build is not None else "no thunderplug core executor"
         if problem is not None:
             message = (
                 f"{name}: a gradient flows into its output{location}, but torch's autograd has no derivative "
@@ -363,8 +362,7 @@ def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) ->
             for cotangent in flowing:
                 refuse_gradient(cotangent, message)
             return (None,) * len(args)
-        vjp = unrolled_op_symbol(f"{name}.backward", vjp_of(overload), differentiable=False)
-        grads = iter(vjp(args, kwargs, flowing))
+        grads = iter(build(name, overload)(args, kwargs, flowing))
         # vjp gives one gradient per tensor of (args, kwargs); thunder wants one per positional arg
         return tuple(_grads_like(arg, grads) for arg in args)
 
@@ -418,11 +416,19 @@ def active_table() -> AtenTable | None:
     return None
 
 
+#: ``(display name, overload) -> symbol`` taking ``(args, kwargs, cotangents)``, returning one gradient
+#: (or None) per tensor of ``(args, kwargs)``
+BackwardSymbol = Callable[[str, OpOverload], Symbol]
+
+
 class AtenTable:
     """The ATen overloads active in one ``discover()`` result, and how calls to them resolve:
     registered overloads to their plugin's symbol, every other overload to its fallback symbol."""
 
-    def __init__(self, ops: Iterable[AtenOp]):
+    def __init__(self, ops: Iterable[AtenOp], *, backward_symbol: BackwardSymbol | None = None):
+        #: builds the backward symbol of a fallback op from torch's autograd of the op (the subclass
+        #: package's VJP unrolling, passed in by the executor that owns this table: it imports this module)
+        self.backward_symbol = backward_symbol
         self.symbols: dict[OpOverload, Symbol] = {op.overload: symbol_for(op) for op in ops}
         self._registered_by_id = {symbol.id: overload for overload, symbol in self.symbols.items()}
         self.overloads_by_id: dict[str, OpOverload] = dict(self._registered_by_id)  # fallbacks join on first use

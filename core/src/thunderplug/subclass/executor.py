@@ -11,17 +11,20 @@ It owns what must happen for thunderplug's symbols to exist in a trace at all:
 
 from __future__ import annotations
 
+from typing import Any
+
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
 from thunder.core.proxies import variableify
-from thunder.core.symbol import BoundSymbol
+from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import dce
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
 from thunderplug.specs import AtenOp
-from thunderplug.subclass.symbols import is_subclass_op
+from thunderplug.subclass.autodiff import vjp_of
+from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
 from thunderplug.distributed import distributed_lookasides
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
@@ -32,7 +35,7 @@ CORE_EXECUTOR_NAME = "thunderplug"
 class ThunderplugExecutor(FusionExecutor):
     def __init__(self, aten_ops: list[AtenOp], version: str):
         super().__init__(CORE_EXECUTOR_NAME, version=version)
-        self.aten = AtenTable(aten_ops)
+        self.aten = AtenTable(aten_ops, backward_symbol=_torch_autograd_backward)
         self._lookasides.update(self.aten.lookasides())
         self._lookasides.update(distributed_lookasides(self.aten))
         self._lookasides.update(_opaque_proxy_methods())
@@ -60,6 +63,11 @@ class ThunderplugExecutor(FusionExecutor):
             unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
             trace = transform_for_operator_executor_execution(unrolled, others)
         return dce(trace)
+
+
+def _torch_autograd_backward(display: str, overload: Any) -> Symbol:
+    """The backward of an ATen op no plugin registered: torch's autograd of the op, unrolled on fakes."""
+    return unrolled_op_symbol(f"{display}.backward", vjp_of(overload), differentiable=False)
 
 
 def _opaque_proxy_methods() -> dict:

@@ -31,7 +31,6 @@ _FORWARDS = (
     (aten.linear.default, ltorch.linear),
     (aten.matmul.default, ltorch.matmul),
     (aten._pdist_forward.default, ltorch.pdist),
-    (aten.native_layer_norm.default, ltorch._native_layer_norm),
     (aten._adaptive_avg_pool2d_backward.default, ltorch.adaptive_avg_pool2d_backward),
     (aten.grid_sampler_2d.default, ltorch.grid_sampler_2d),
     (aten.col2im.default, ltorch.fold),

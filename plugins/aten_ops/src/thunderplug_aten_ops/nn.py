@@ -91,6 +91,21 @@ def convolution_backward(grad, a, weight, bias_sizes, stride, padding, dilation,
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
 
 
+def native_layer_norm(a, normalized_shape, weight, bias, eps):
+    """(out, mean, rstd) over the trailing ``normalized_shape`` dims, in the computation dtype;
+    mean and rstd keep the reduced dims (size 1) and are returned in ``a``'s dtype, as ATen's CPU kernel."""
+    dims = list(range(a.ndim - len(normalized_shape), a.ndim))
+    x = clang.maybe_convert_to_dtype(a, utils.get_computation_dtype(a.dtype))
+    var, mean = ltorch.var_mean(x, dims, keepdim=True, correction=0)
+    rstd = ltorch.rsqrt(elementwise(prims.add, var, eps))
+    out = elementwise(prims.mul, elementwise(prims.sub, x, mean), rstd)
+    if weight is not None:
+        out = elementwise(prims.mul, out, weight)
+    if bias is not None:
+        out = elementwise(prims.add, out, bias)
+    return tuple(clang.maybe_convert_to_dtype(t, a.dtype) for t in (out, mean, rstd))
+
+
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     computation_dtype = utils.get_computation_dtype(a.dtype)
     grouped = clang.maybe_convert_to_dtype(ltorch.reshape(a, (N, group, -1)), computation_dtype)
@@ -434,6 +449,7 @@ def ops() -> tuple[AtenOp, ...]:
     return (
         AtenOp(aten.convolution.default, convolution),
         AtenOp(aten.convolution_backward.default, convolution_backward),
+        AtenOp(aten.native_layer_norm.default, native_layer_norm),
         AtenOp(aten.native_group_norm.default, native_group_norm),
         AtenOp(aten.native_layer_norm_backward.default, native_layer_norm_backward),
         AtenOp(aten.native_group_norm_backward.default, native_group_norm_backward),

@@ -89,7 +89,7 @@ def var_dim(a, dim, unbiased=True, keepdim=False):
 
 
 def softmax(a, dim, half_to_float):
-    return ltorch._softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
+    return ltorch.softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
 
 
 def log_softmax(a, dim, half_to_float):
