@@ -14,6 +14,8 @@ This module builds the rules; ``symbols`` attaches them to the symbols it create
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from thunder.core import dtypes, prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
+from thunder.core.trace import get_tracectx
 
 from thunderplug.compilation import current_record
 from thunderplug.fake import fake_mode
@@ -53,8 +56,12 @@ def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs:
     for its differentiable outputs, and put the gradient it returns for each tensor argument."""
     result = forward(*args, **kwargs)
     outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
-    grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs])
     inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
+    constant = _constant_names(get_tracectx())
+    wanted = tuple(not (x.name in constant or _frozen_input(x)) for x in inputs)
+    if not any(wanted):
+        return result
+    grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs], wanted)
     for value, grad in zip(inputs, grads):
         if grad is not None and _differentiable(value):
             prims.put_grad(value, grad)
@@ -63,13 +70,23 @@ def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs:
 
 @functools.cache  # one function per torch op, so its backward symbol is built once
 def vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``vjp(args, kwargs, cotangents) -> one gradient (or None) per tensor argument``, computed
-    by torch's autograd; run on fakes under make_fx it gives the backward's ATen graph."""
+    """``vjp(args, kwargs, cotangents, wanted=None) -> one gradient (or None) per tensor argument``,
+    computed by torch's autograd; run on fakes under make_fx it gives the backward's ATen graph.
 
-    def vjp(args: tuple, kwargs: dict, cotangents: list) -> list:
+    ``wanted`` (one flag per tensor argument) leaves out the arguments that need no gradient, as
+    eager autograd does: a frozen quantized weight must not be differentiated (torchao's int4
+    kernels have no derivative; NF4's ``linear_nf4`` takes another path for a weight requiring grad)."""
+
+    def vjp(args: tuple, kwargs: dict, cotangents: list, wanted: tuple[bool, ...] | None = None) -> list:
         flat, _ = torch_pytree.tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
-        inputs = [t for t in tensors if t.dtype.is_floating_point or t.dtype.is_complex]
+        inputs = [
+            t
+            for i, t in enumerate(tensors)
+            if (t.dtype.is_floating_point or t.dtype.is_complex) and (wanted is None or wanted[i])
+        ]
+        if not inputs:
+            return [None] * len(tensors)
         for t in inputs:
             t.requires_grad_(True)
         result = torch_fn(*args, **kwargs)
@@ -80,6 +97,44 @@ def vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
 
     vjp.__name__ = f"vjp_{getattr(torch_fn, '__name__', 'op')}"
     return vjp
+
+
+_constants: weakref.WeakKeyDictionary[Any, tuple[int, set[str], set[str]]] = weakref.WeakKeyDictionary()
+_constants_lock = threading.Lock()
+
+
+def _constant_names(trace: Any) -> set[str]:
+    """Names of the trace's tensors that provably need no gradient: inputs that do not require
+    grad and what is computed from them alone (thunder's autodiff differentiates by dtype, and
+    intermediate proxies carry no reliable ``requires_grad``). Anything not shown constant is
+    differentiated, so a gradient is never dropped. Extended incrementally per trace."""
+    if trace is None:
+        return set()
+    with _constants_lock:
+        if trace in _constants:
+            done, constant, requiring = _constants[trace]
+        else:
+            args = [a for a in tree_flatten((trace.args, trace.kwargs))[0] if isinstance(a, TensorProxy)]
+            done = 0
+            constant = {a.name for a in args if not a.requires_grad}
+            requiring = {a.name for a in args if a.requires_grad}
+        bsyms = trace.bound_symbols
+        for bsym in bsyms[done:]:
+            if all(p.name in constant for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)):
+                constant.update(
+                    o.name
+                    for o in bsym.flat_proxy_outs
+                    if isinstance(o, TensorProxy) and not o.requires_grad and o.name not in requiring
+                )
+        _constants[trace] = (len(bsyms), constant, requiring)
+        return constant
+
+
+def _frozen_input(proxy: TensorProxy) -> bool:
+    """An input of the jitted function that does not require grad: its proxy was made from the
+    real tensor (it has a provenance ``history``), so its ``requires_grad`` is the tensor's. The
+    gradient transform renames rebuilt inputs, so they are not found by name in its new trace."""
+    return not proxy.requires_grad and getattr(proxy, "history", None) is not None
 
 
 def _differentiable(value: Any) -> bool:
