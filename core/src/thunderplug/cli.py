@@ -29,7 +29,7 @@ def _plugins(args: argparse.Namespace) -> int:
     from thunderplug.report import format_table
 
     statuses = thunderplug.report()
-    executors = [executor.name for executor in thunderplug.discover(quiet=True)]
+    executors = [str(executor.name) for executor in thunderplug.discover(quiet=True)]
     if args.json:
         print(json.dumps({"plugins": [s.to_json() for s in statuses], "executors": executors}, indent=2))
     else:

@@ -13,6 +13,7 @@ import copy
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ MODEL = "MLP 64-128-64 (Linear, GELU, Linear)"
 @dataclass
 class Run:
     label: str
-    model: torch.nn.Module
+    model: Any  # a module, or thunder.jit of one
     losses: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
 
@@ -94,7 +95,7 @@ def run_demo(steps: int = 60, plot: str | None = None, progress: bool = True) ->
     _section("Plugins (thunderplug plugins)")
     executors = thunderplug.discover(quiet=True)
     print(format_table(thunderplug.report()))
-    print("\nexecutors=discover():", ", ".join(executor.name for executor in executors))
+    print("\nexecutors=discover():", ", ".join(str(executor.name) for executor in executors))
 
     torch.manual_seed(0)
     fp32 = _mlp()

@@ -265,6 +265,8 @@ class PluginHost:
 
     def _guarded(self, status: PluginStatus, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn``; on error record the plugin's status and raise :class:`_PluginSkipped`."""
+        outcome: Status
+        caught: Exception
         try:
             return fn(*args, **kwargs)
         except (ImportError, OSError) as error:

@@ -58,7 +58,8 @@ def explain(jitted: Any) -> list[Row]:
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
     rows: list[Row] = []
-    executors = list(thunder.compile_data(jitted).executors_list)
+    compile_data = thunder.compile_data(jitted)
+    executors = list(compile_data.executors_list) if compile_data is not None else []
     for bsym in _walk(traces[0].bound_symbols):
         if is_subclass_op(bsym.sym) and not bsym.sym.name.endswith("_backward"):
             rows.append(_before_autodiff_row(bsym, executors, record))
@@ -108,7 +109,7 @@ def _before_autodiff_row(bsym: Any, executors: list, record: CompilationRecord) 
     for executor in executors:
         if any(f"{name.rsplit('.', 1)[-1]}.apply" == display for name in getattr(executor, "whole_functions", ())):
             return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF, claimed=True)
-    declined = []
+    declined: list[str] = []
     for executor in (ex.name for ex in executors):
         decision = record.latest_decision(executor, display)
         if decision is None:
