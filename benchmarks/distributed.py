@@ -22,7 +22,6 @@ thread each.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import sys
@@ -45,7 +44,6 @@ def compiler(variant):
     if variant == "aot_eager":
         return lambda m: torch.compile(m, backend="aot_eager")
     import thunder
-
     import thunderplug
 
     return lambda m: thunder.jit(m, executors=thunderplug.discover(quiet=True))

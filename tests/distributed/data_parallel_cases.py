@@ -6,10 +6,9 @@ from __future__ import annotations
 import copy
 
 import thunder
+import thunderplug
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-import thunderplug
 from training import batches, train
 
 

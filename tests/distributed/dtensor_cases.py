@@ -6,11 +6,10 @@ from __future__ import annotations
 import copy
 
 import thunder
+import thunderplug
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
-
-import thunderplug
 from training import batches, plain, train
 
 
@@ -22,7 +21,7 @@ def attempt(run):
     """The compiled run's record, or the error it raised (so the eager record still comes back)."""
     try:
         return run()
-    except Exception as error:  # noqa: BLE001 - reported by the test
+    except Exception:  # noqa: BLE001 - reported by the test
         import traceback
         return {"error": traceback.format_exc()[-6000:]}
 

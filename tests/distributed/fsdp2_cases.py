@@ -5,10 +5,9 @@ from __future__ import annotations
 import copy
 
 import thunder
+import thunderplug
 import torch
 from torch.distributed.fsdp import fully_shard
-
-import thunderplug
 from training import batches, train
 
 

@@ -128,7 +128,7 @@ def _rank_main(rank: int, world_size: int, store: str, workdir: str, module: str
             try:
                 torch.manual_seed(0)
                 results[name] = {"value": getattr(cases_module, name)(rank, world_size)}
-            except Exception:
+            except Exception:  # noqa: BLE001 - reported to the parent with its traceback
                 results[name] = {"traceback": traceback.format_exc()}
             (progress / f"{name}.done").touch()
             dist.barrier()  # the next case starts on all ranks together, also after a failure
@@ -170,7 +170,7 @@ def assert_runs_match(actual: dict[str, Any], expected: dict[str, Any], *, atol:
     """
     assert len(actual["losses"]) == len(expected["losses"]) >= 3, "fewer than 3 steps recorded"
     for step, (a, e) in enumerate(zip(actual["losses"], expected["losses"])):
-        torch.testing.assert_close(a, e, atol=atol, rtol=rtol, msg=lambda m: f"loss of step {step}: {m}")
+        torch.testing.assert_close(a, e, atol=atol, rtol=rtol, msg=lambda m, step=step: f"loss of step {step}: {m}")
     for step, (a, e) in enumerate(zip(actual["grads"], expected["grads"])):
         assert a.keys() == e.keys(), f"step {step}: parameters {sorted(a)} != {sorted(e)}"
         for name in e:
@@ -178,7 +178,7 @@ def assert_runs_match(actual: dict[str, Any], expected: dict[str, Any], *, atol:
                 assert a[name] is None and e[name] is None, f"step {step}: grad of {name}: {a[name]} vs {e[name]}"
                 continue
             torch.testing.assert_close(
-                a[name], e[name], atol=atol, rtol=rtol, msg=lambda m: f"step {step}, grad of {name}: {m}"
+                a[name], e[name], atol=atol, rtol=rtol, msg=lambda m, step=step, name=name: f"step {step}, grad of {name}: {m}"
             )
 
 

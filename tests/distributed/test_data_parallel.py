@@ -8,7 +8,6 @@ for bit: thunderplug runs eager's kernels (``_scaled_mm``, the casts) for this m
 from __future__ import annotations
 
 import pytest
-
 from harness import assert_runs_match, distributed_job, results_of
 
 CASES = ["ddp_around_jitted_float8", "jit_around_ddp_is_refused", "thunder_ddp_float8", "thunder_fsdp_float8"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from harness import assert_runs_match, distributed_job, results_of
 
 PASSING = ["dtensor_inputs", "tensor_parallel", "dtensor_api_inside_jit"]

@@ -10,7 +10,6 @@ and every gradient of the sharded parameters over 3 steps, bit for bit.
 from __future__ import annotations
 
 import pytest
-
 from harness import assert_runs_match, distributed_job, results_of
 
 CASES = [

@@ -9,11 +9,10 @@ re-trace when the new parameter has other metadata or another type. Never the st
 from __future__ import annotations
 
 import thunder
-import torch
-from torch.testing._internal.two_tensor import TwoTensor
-
 import thunderplug
+import torch
 from thunderplug.distributed import LiveParameters
+from torch.testing._internal.two_tensor import TwoTensor
 
 
 def _step(module, x):
@@ -43,7 +42,7 @@ def _assert_same(eager, compiled_model, compiled, x):
     torch.testing.assert_close(actual, expected, atol=0, rtol=0)
     for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
         assert q.grad is not None, f"{name}: the swapped-in parameter got no gradient"
-        torch.testing.assert_close(q.grad, p.grad, atol=0, rtol=0, msg=lambda m: f"grad of {name}: {m}")
+        torch.testing.assert_close(q.grad, p.grad, atol=0, rtol=0, msg=lambda m, name=name: f"grad of {name}: {m}")
 
 
 def test_same_shape_swap_is_trained():

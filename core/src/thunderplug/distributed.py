@@ -143,7 +143,7 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
         if hoist_fsdp_hooks(self, model):
-            live: Callable[[], bool | None] = lambda: True  # noqa: E731
+            live: Callable[[], bool | None] = lambda: True
         else:
             live = _compiled_by_thunderplug(weakref.ref(self))
         replace_thunder_module_parameters(self, lambda captured: LiveParameters(model, captured, live))
@@ -224,7 +224,7 @@ def functional_distribute_tensor(
             coordinate = device_mesh.get_local_rank(0)
             local = chunks[coordinate] if coordinate < len(chunks) else local.narrow(placement.dim, 0, 0)
         elif not isinstance(placement, Replicate):
-            raise ValueError(f"distribute_tensor does not take {placement} placements")
+            raise TypeError(f"distribute_tensor does not take {placement} placements")
     result = DTensor.from_local(
         local.contiguous(), device_mesh, placements, run_check=False, shape=tensor.shape, stride=tensor.stride()
     )
