@@ -21,6 +21,7 @@ from thunder.core.trace import get_tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.aten import user_location
+from thunderplug.recompiles import note_subclass_input
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
 from thunderplug.subclass.executor import active_core_executor
@@ -85,6 +86,7 @@ def _subclass_input(x: torch.Tensor, name: str | None, history: Any) -> Subclass
     unpack = not x.requires_grad and not isinstance(x, torch.nn.Parameter)
     proxy = _subclass_proxy(x, name, history if unpack else None)
     proxy.history = history
+    note_subclass_input(proxy.name, type(x), proxy.layout.ctx, history)
     jit_ctx.add_constraint((check_subclass, proxy, InputGuard.of(x)))
     if unpack:
         for inner in _plain_inner(proxy):
