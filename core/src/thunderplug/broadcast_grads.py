@@ -31,8 +31,10 @@ from thunder.core.prims import PrimIDs, get_grad, put_grad
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_iter
 from thunder.core.symbol import BoundSymbol
-from thunder.core.transforms import _grad_fn_map, augmented_forward_impls, backward_impls
+from thunder.core.transforms import augmented_forward_impls, backward_impls
 from thunder.extend import Executor, ImplInfo
+
+from thunderplug.thunder_compat import grad_fn_map
 
 EXECUTOR_NAME = "thunderplug_broadcast_grads"
 
@@ -102,8 +104,8 @@ def _aug_fwd_joint(prim_id: PrimIDs) -> Callable[..., Any]:
 
 
 def _upstream_joint(prim_id: PrimIDs) -> Callable[..., Any] | None:
-    if prim_id in _grad_fn_map:
-        return _grad_fn_map[prim_id]
+    if prim_id in grad_fn_map():
+        return grad_fn_map()[prim_id]
     if prim_id in augmented_forward_impls and prim_id in backward_impls:
         return _aug_fwd_joint(prim_id)
     return None

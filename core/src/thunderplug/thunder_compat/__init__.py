@@ -56,3 +56,11 @@ def replace_thunder_module_parameters(thunder_module: Any, make: Callable[[dict]
     """Replace the parameter dict a ``ThunderModule`` copies from its module when created
     (``_overrides_parameters``) with ``make(that dict)`` (``thunderplug.distributed.LiveParameters``)."""
     thunder_module._overrides_parameters = make(thunder_module._overrides_parameters)
+
+
+def ltorch_private(name: str) -> Any:
+    """A thunder.torch symbol that thunder keeps private (``_softmax``: what ``F.softmax`` traces
+    to), for executors that claim it."""
+    import thunder.torch as ltorch
+
+    return getattr(ltorch, name)
