@@ -76,3 +76,9 @@ def test_strict_mode_raises_at_the_limit(monkeypatch):
 )
 def test_changed_fields(before, after, fields):
     assert recompiles.changed_fields(before, after) == fields
+
+
+def test_a_limit_that_is_no_integer_is_a_warning(monkeypatch):
+    monkeypatch.setenv(recompiles.LIMIT_VARIABLE, "lots")
+    with pytest.warns(thunderplug.ThunderplugWarning, match="THUNDERPLUG_RECOMPILE_LIMIT='lots' is not a non-negative integer"):
+        assert recompiles.limit() == recompiles.DEFAULT_LIMIT

@@ -27,7 +27,7 @@ from thunderplug import settings
 from thunderplug.notices import RecompileWarning, warn_once
 
 DEFAULT_LIMIT = 8
-LIMIT_VARIABLE = "THUNDERPLUG_RECOMPILE_LIMIT"
+LIMIT_VARIABLE = settings.RECOMPILE_LIMIT
 
 
 class RecompileLimitError(RuntimeError):
@@ -47,8 +47,7 @@ _lock = threading.Lock()
 
 
 def limit() -> int:
-    value = os.environ.get(LIMIT_VARIABLE, "")
-    return int(value) if value.strip().isdigit() else DEFAULT_LIMIT
+    return settings.count(os.environ, LIMIT_VARIABLE, DEFAULT_LIMIT)
 
 
 def note_subclass_input(

@@ -19,6 +19,7 @@ STRICT = "THUNDERPLUG_STRICT"  #: re-raise plugin errors instead of reporting th
 QUIET = "THUNDERPLUG_QUIET"  #: no warning about plugins that are not active
 PLUGINS = "THUNDERPLUG_PLUGINS"  #: allowlist of plugin names
 DISABLE = "THUNDERPLUG_DISABLE"  #: blocklist of plugin names
+RECOMPILE_LIMIT = "THUNDERPLUG_RECOMPILE_LIMIT"  #: distinct subclass flatten contexts per input before a warning
 
 
 def flag(environ: Mapping[str, str], variable: str) -> bool:
@@ -34,6 +35,17 @@ def flag(environ: Mapping[str, str], variable: str) -> bool:
             f"(use one of {', '.join(sorted(TRUE))} or {', '.join(sorted(FALSE - {''}))})",
         )
     return False
+
+
+def count(environ: Mapping[str, str], variable: str, default: int) -> int:
+    """A non-negative integer setting; ``default`` when unset, and a warning when it is no integer."""
+    raw = environ.get(variable, "").strip()
+    if not raw:
+        return default
+    if raw.isdigit():
+        return int(raw)
+    warn_once((variable, raw), f"{variable}={raw!r} is not a non-negative integer; using {default}")
+    return default
 
 
 def names(environ: Mapping[str, str], variable: str) -> frozenset[str] | None:
