@@ -40,12 +40,11 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=No
     utils.check(a.ndim == 2 and b.ndim == 2, lambda: f"Inputs must be 2D but got self.dim()={a.ndim} and mat2.dim()={b.ndim}")
     out_dtype = a.dtype if out_dtype is None else dtypes.to_dtype(out_dtype)
 
-    def scaled(x, scale):
-        x = clang.maybe_convert_to_dtype(x, dtypes.float32)
-        scale = clang.maybe_convert_to_dtype(scale, dtypes.float32)
-        return prims.mul(x, clang.expand(ltorch.reshape(scale, [1] * x.ndim), x.shape))
+    def scalar(scale):
+        return clang.maybe_convert_to_dtype(ltorch.reshape(scale, [1, 1]), dtypes.float32)
 
-    result = prims.matmul(scaled(a, scale_a), scaled(b, scale_b))
+    result = prims.matmul(clang.maybe_convert_to_dtype(a, dtypes.float32), clang.maybe_convert_to_dtype(b, dtypes.float32))
+    result = elementwise(prims.mul, elementwise(prims.mul, result, scalar(scale_a)), scalar(scale_b))
     if bias is not None:
         result = elementwise(prims.add, result, clang.maybe_convert_to_dtype(bias, dtypes.float32))
     if scale_result is not None and out_dtype in _FP8_OUT:
