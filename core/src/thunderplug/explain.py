@@ -178,8 +178,9 @@ def format_summary(rows: list[Row]) -> str:
 
 def format_rows(rows: list[Row]) -> str:
     """A readable table: one op per line, declines indented under it."""
-    lines = [f"{'trace':<9} {'stage':<16} {'executor':<28} op"]
+    width = max([len(row.executor) for row in rows] + [len("executor")])
+    lines = [f"{'trace':<9} {'stage':<16} {'executor':<{width}} op"]
     for row in rows:
-        lines.append(f"{row.trace:<9} {row.stage:<16} {row.executor:<28} {row.op}")
+        lines.append(f"{row.trace:<9} {row.stage:<16} {row.executor:<{width}} {row.op}")
         lines += [f"{'':<9} {'':<16}   declined by {reason}" for reason in row.declined]
     return "\n".join(lines)
