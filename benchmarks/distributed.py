@@ -145,7 +145,14 @@ class Runner:
 def rank_main(rank, world_size, store, args):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world_size), rank=rank, world_size=world_size)
-    rows = []
+    header = [
+        "case", "eager first s", "eager step ms", "aot_eager first s", "aot_eager step ms", "aot_eager/eager",
+        "thunderplug first s", "thunderplug step ms", "thunderplug/eager",
+    ]
+    if rank == 0:
+        print(f"\n2 gloo ranks, width {args.width}, batch {args.batch}/rank, {args.steps} timed steps\n")
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header), flush=True)
     try:
         g = torch.Generator().manual_seed(rank)
         for case in args.cases:
@@ -154,25 +161,16 @@ def rank_main(rank, world_size, store, args):
                 x, target = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
                 for runner in runners:
                     runner.step(x, target)
-            if rank == 0:
+            if rank == 0:  # each row as soon as its case is done
                 eager_ms = statistics.median(runners[0].times[3:]) if runners[0].error is None else None
                 ratios = [
                     f"{statistics.median(r.times[3:]) / eager_ms:.2f}" if r.error is None and eager_ms else ""
                     for r in runners[1:]
                 ]
-                rows.append([case, *runners[0].cells(), *runners[1].cells(), ratios[0], *runners[2].cells(), ratios[1]])
+                row = [case, *runners[0].cells(), *runners[1].cells(), ratios[0], *runners[2].cells(), ratios[1]]
+                print("| " + " | ".join(row) + " |", flush=True)
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        header = [
-            "case", "eager first s", "eager step ms", "aot_eager first s", "aot_eager step ms", "aot_eager/eager",
-            "thunderplug first s", "thunderplug step ms", "thunderplug/eager",
-        ]
-        print(f"\n2 gloo ranks, width {args.width}, batch {args.batch}/rank, {args.steps} timed steps\n")
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
 
 
 def main(argv=None):
