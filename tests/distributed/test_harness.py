@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-
 from harness import CaseFailure, DistributedJobError, distributed_job, results_of, run_job
 
 job = distributed_job("harness_cases", ["all_reduce", "raises_on_rank_1"], timeout_s=120)
