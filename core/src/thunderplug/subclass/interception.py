@@ -55,6 +55,7 @@ def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(x, torch.Tensor) or history is None or active_core_executor() is None:
             return original(x, name, history)
         if is_traceable_wrapper_subclass(x):  # DTensor too: the generic path, not thunder's DTensorProxy
+            _refuse_dynamic_shape(x)
             return _subclass_input(x, name, history)
         result = original(x, name, history)
         if result is not None:
@@ -70,6 +71,17 @@ def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
         return proxy
 
     return replacement
+
+
+def _refuse_dynamic_shape(x: torch.Tensor) -> None:
+    """thunder traces static shapes: a subclass whose size is symbolic (a jagged NestedTensor's
+    nested int ``j1``) is refused by name, instead of failing later on an unexpected SymInt."""
+    if any(not isinstance(size, int) for size in x.shape):
+        raise UntraceableSubclassError(
+            f"{type(x).__qualname__} input with a dynamic (nested int) dimension, shape {tuple(x.shape)}: thunder "
+            "traces static shapes only, so jagged NestedTensors are not supported; pass its padded form "
+            "(x.to_padded_tensor(0.0)) or its values() and offsets() as plain tensors"
+        )
 
 
 def _subclass_input(x: torch.Tensor, name: str | None, history: Any) -> SubclassTensorProxy:
