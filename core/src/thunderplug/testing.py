@@ -6,7 +6,8 @@ Enable it with ``pytest_plugins = ["thunderplug.testing"]`` (or ``-p thunderplug
   own default plugins only);
 * ``register_plugin(obj, name)``: adds a plugin to the shared host that ``thunderplug.discover()``
   uses, for one test only;
-* the ``requires_cuda`` marker, which skips with the same reason ``thunderplug plugins`` shows.
+* the ``requires_cuda`` marker, which skips with the same reason ``thunderplug plugins`` shows;
+* a ``thunderplug plugins: ...`` line in pytest's header (what was active for this run).
 """
 
 from __future__ import annotations
@@ -18,11 +19,21 @@ import pytest
 from thunderplug import settings
 from thunderplug.availability import cuda_unavailable_reason
 from thunderplug.discovery import PluginHost, default_host
-from thunderplug.report import PluginStatus
+from thunderplug.report import PluginStatus, Status
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires_cuda: needs a CUDA device; skipped with the reason otherwise")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """``thunderplug plugins: aten_ops-0.1.0, nvfuser (unavailable), ...``, like pytest's ``plugins:`` line."""
+    entries = [
+        f"{s.name}-{s.version}" if s.status is Status.ACTIVE else f"{s.name} ({s.status.value})"
+        for s in default_host().report()
+        if not s.builtin
+    ]
+    return "thunderplug plugins: " + (", ".join(entries) or "none")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
