@@ -85,7 +85,8 @@ class Stage(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    __format__ = str.__format__
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 #: A checker returns ``None`` to accept, or a short reason to decline ("K not divisible by 16");
