@@ -33,7 +33,6 @@ XFAILS = {
     ("argwhere", "forward"): _NONZERO,
     ("nonzero", "requires_grad"): _NONZERO,
     ("argwhere", "requires_grad"): _NONZERO,
-    ("index_put", "backward"): "thunder 0.2.6 index_put grad with accumulate=False and repeated indices differs",
 }
 
 _OPINFOS = {}

@@ -13,8 +13,11 @@ import thunder.torch as ltorch
 import torch
 from thunder import clang
 from thunder.core import devices, dtypes, prims, utils
+from thunder.core.symbol import Symbol
+from thunder.core.transforms import get_grad, put_grad, register_grad
 
 from thunderplug import AtenOp
+from thunderplug_aten_ops._broadcast import elementwise
 
 aten = torch.ops.aten
 
@@ -185,7 +188,56 @@ def index(a, indices):
 
 
 def index_put(a, indices, values, accumulate=False):
-    return ltorch.index_put(a, list(indices), clang.maybe_convert_to_dtype(values, a.dtype), accumulate)
+    values = clang.maybe_convert_to_dtype(values, a.dtype)
+    if any(i is not None and dtypes.is_boolean_dtype(i.dtype) for i in indices):
+        return _masked_put(a, indices, values, accumulate)
+    return _index_put(a, list(indices), values, accumulate)
+
+
+def _masked_put(a, indices, values, accumulate):
+    """``a[mask] = values`` (or ``+=``) for one leading boolean mask and values broadcast over the
+    selected rows: a ``where``. Values with one row per True element have a data-dependent shape."""
+    (mask,) = indices if len(indices) == 1 else (None,)
+    rest = tuple(a.shape[mask.ndim:]) if mask is not None else ()
+    rows = values.shape[0] if values.ndim > len(rest) else 1
+    utils.check(
+        mask is not None and tuple(mask.shape) == tuple(a.shape[: mask.ndim]) and rows == 1,
+        lambda: "index_put with a boolean mask and one value row per True element has a data-dependent shape "
+        "(the mask's True count); thunder 0.2.6 traces have static shapes: use torch.where(mask, values, a) instead",
+        NotImplementedError,
+    )
+    if values.ndim > len(rest):
+        values = ltorch.reshape(values, tuple(values.shape[1:]))
+    values = ltorch.expand(values, tuple(a.shape))
+    selected = ltorch.expand(ltorch.reshape(mask, tuple(mask.shape) + (1,) * len(rest)), tuple(a.shape))
+    if accumulate:
+        return elementwise(prims.add, a, prims.where(selected, values, dtypes.dtype_to_numbertype(a.dtype)(0)))
+    return prims.where(selected, values, a)
+
+
+def _index_put_meta(a, indices, values, accumulate):
+    return ltorch.index_put(a, indices, values, accumulate)
+
+
+#: ltorch.index_put with eager's gradient: thunder 0.2.6's autodiff pairs ltorch.index_put's two
+#: gradients with its first two arguments (``a`` and the index list), so ``values`` got none
+_index_put = Symbol(name="index_put", meta=_index_put_meta, id="thunderplug_aten_ops.index_put", _module=ltorch)
+
+
+def _index_put_grad(a, indices, values, accumulate):
+    out = _index_put(a, indices, values, accumulate)
+    g = get_grad(out)
+    g_values = ltorch.getitem(g, tuple(slice(None) if i is None else i for i in indices))
+    if tuple(g_values.shape) != tuple(values.shape):  # values broadcast over the indexed positions
+        leading = g_values.ndim - values.ndim
+        dims = [*range(leading), *(leading + k for k, size in enumerate(values.shape) if size == 1)]
+        g_values = ltorch.reshape(ltorch.sum(g_values, dims, keepdim=True), tuple(values.shape))
+    put_grad(values, g_values)
+    put_grad(a, g if accumulate else ltorch.index_put(g, indices, ltorch.zeros_like(values), False))
+    return out
+
+
+register_grad(_index_put.id, _index_put_grad)
 
 
 def index_select(a, dim, index):
