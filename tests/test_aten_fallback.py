@@ -159,3 +159,22 @@ def test_fallback_on_a_subclass_value_unrolls_through_its_dispatch():
     assert isinstance(out, TwoTensor)
     torch.testing.assert_close(out.a, torch.exp2(a))
     torch.testing.assert_close(out.b, torch.exp2(b))
+
+
+def test_random_fallback_ops_draw_like_eager_and_are_never_merged():
+    """A seeded random op no plugin registers runs as itself, so it draws from torch's generator
+    exactly as eager does; two identical calls stay two draws (thunder's CSE must not merge them)."""
+
+    def fn(x):
+        return aten.bernoulli.p(x, 0.5), aten.bernoulli.p(x, 0.5)
+
+    x = torch.zeros(64)
+    jitted = _jit(fn)
+    jitted(x)  # compile first: tracing must not consume random numbers either
+    torch.manual_seed(1234)
+    first, second = jitted(x)
+    torch.manual_seed(1234)
+    want_first, want_second = fn(x)
+    torch.testing.assert_close((first, second), (want_first, want_second), rtol=0, atol=0)
+    assert not torch.equal(first, second)
+    assert "torch.ops.aten.bernoulli.p" in record_of(jitted).fallbacks
