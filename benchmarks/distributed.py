@@ -44,6 +44,7 @@ def compiler(variant):
     if variant == "aot_eager":
         return lambda m: torch.compile(m, backend="aot_eager")
     import thunder
+
     import thunderplug
 
     return lambda m: thunder.jit(m, executors=thunderplug.discover(quiet=True))
@@ -146,8 +147,15 @@ def rank_main(rank, world_size, store, args):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world_size), rank=rank, world_size=world_size)
     header = [
-        "case", "eager first s", "eager step ms", "aot_eager first s", "aot_eager step ms", "aot_eager/eager",
-        "thunderplug first s", "thunderplug step ms", "thunderplug/eager",
+        "case",
+        "eager first s",
+        "eager step ms",
+        "aot_eager first s",
+        "aot_eager step ms",
+        "aot_eager/eager",
+        "thunderplug first s",
+        "thunderplug step ms",
+        "thunderplug/eager",
     ]
     if rank == 0:
         print(f"\n2 gloo ranks, width {args.width}, batch {args.batch}/rank, {args.steps} timed steps\n")
@@ -158,7 +166,8 @@ def rank_main(rank, world_size, store, args):
         for case in args.cases:
             runners = [Runner(case, variant, args.width) for variant in VARIANTS]
             for _ in range(args.steps + 3):
-                x, target = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
+                x = torch.randn(args.batch, args.width, generator=g)
+                target = torch.randn(args.batch, args.width, generator=g)
                 for runner in runners:
                     runner.step(x, target)
             if rank == 0:  # each row as soon as its case is done

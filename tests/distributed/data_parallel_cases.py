@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 
 import thunder
-import thunderplug
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from training import batches, train
+
+import thunderplug
 
 
 def float8_mlp() -> torch.nn.Module:

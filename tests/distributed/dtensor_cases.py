@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 
 import thunder
-import thunderplug
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from training import batches, plain, train
+
+import thunderplug
 
 
 def jit(fn):
@@ -23,6 +24,7 @@ def attempt(run):
         return run()
     except Exception:  # noqa: BLE001 - reported by the test
         import traceback
+
         return {"error": traceback.format_exc()[-6000:]}
 
 
@@ -60,7 +62,8 @@ def dtensor_mlp(rank, world_size):
     model = distribute_module(mlp(), device_mesh)  # parameters: replicated DTensors
     data = batches(rank, 16, 8)
     eager = _dtensor_loss_train(ShardedBatch(copy.deepcopy(model), device_mesh), data, device_mesh)
-    compiled = attempt(lambda: _dtensor_loss_train(jit(ShardedBatch(copy.deepcopy(model), device_mesh)), data, device_mesh))
+    compiled_model = jit(ShardedBatch(copy.deepcopy(model), device_mesh))
+    compiled = attempt(lambda: _dtensor_loss_train(compiled_model, data, device_mesh))
     return {"eager": eager, "compiled": compiled}
 
 
@@ -148,7 +151,8 @@ def dtensor_inputs(rank, world_size):
         for step in range(3):
             g = torch.Generator().manual_seed(10 * rank + step)
             x = DTensor.from_local(torch.randn(4, 8, generator=g), device_mesh, [Shard(0)]).detach().requires_grad_()
-            w = distribute_tensor(torch.randn(8, 6, generator=torch.Generator().manual_seed(7)), device_mesh, [Replicate()])
+            w = torch.randn(8, 6, generator=torch.Generator().manual_seed(7))
+            w = distribute_tensor(w, device_mesh, [Replicate()])
             w.requires_grad_()
             loss = fn(x, w)
             loss.backward()
@@ -157,7 +161,6 @@ def dtensor_inputs(rank, world_size):
         return record
 
     return {"eager": run(f), "compiled": attempt(lambda: run(jit(f)))}
-
 
 
 # -- functional collectives (what DTensor's redistributions and funcol emit) --------------------

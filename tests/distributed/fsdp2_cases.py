@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 
 import thunder
-import thunderplug
 import torch
 from torch.distributed.fsdp import fully_shard
 from training import batches, train
+
+import thunderplug
 
 
 class Blocks(torch.nn.Module):

@@ -162,7 +162,9 @@ def results_of(job: dict[str, list[Any]], case: str) -> list[Any]:
     return job[case]
 
 
-def assert_runs_match(actual: dict[str, Any], expected: dict[str, Any], *, atol: float = 0.0, rtol: float = 0.0) -> None:
+def assert_runs_match(
+    actual: dict[str, Any], expected: dict[str, Any], *, atol: float = 0.0, rtol: float = 0.0
+) -> None:
     """Every loss and every gradient of every step equal (``atol=rtol=0``: bit for bit).
 
     A gradient that is ``None`` in one run and a tensor in the other is a mismatch: that is how a
@@ -178,7 +180,11 @@ def assert_runs_match(actual: dict[str, Any], expected: dict[str, Any], *, atol:
                 assert a[name] is None and e[name] is None, f"step {step}: grad of {name}: {a[name]} vs {e[name]}"
                 continue
             torch.testing.assert_close(
-                a[name], e[name], atol=atol, rtol=rtol, msg=lambda m, step=step, name=name: f"step {step}, grad of {name}: {m}"
+                a[name],
+                e[name],
+                atol=atol,
+                rtol=rtol,
+                msg=lambda m, step=step, name=name: f"step {step}, grad of {name}: {m}",
             )
 
 

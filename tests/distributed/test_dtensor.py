@@ -33,7 +33,6 @@ COLLECTIVES = ["functional_collective_overloads", "functional_collective_packets
 job = distributed_job("dtensor_cases", CASES + COLLECTIVES)
 
 
-
 @pytest.mark.parametrize("case", CASES)
 def test_eager_runs_the_case(job, case):
     for result in results_of(job, case):

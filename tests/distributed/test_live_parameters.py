@@ -9,10 +9,11 @@ re-trace when the new parameter has other metadata or another type. Never the st
 from __future__ import annotations
 
 import thunder
-import thunderplug
 import torch
-from thunderplug.distributed import LiveParameters
 from torch.testing._internal.two_tensor import TwoTensor
+
+import thunderplug
+from thunderplug.distributed import LiveParameters
 
 
 def _step(module, x):

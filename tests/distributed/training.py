@@ -19,7 +19,10 @@ STEPS = 3
 def batches(rank: int, in_features: int, out_features: int, *, steps: int = STEPS, batch: int = 16):
     """Different data on each rank (so gradient averaging matters), identical between runs."""
     g = torch.Generator().manual_seed(1000 + rank)
-    return [(torch.randn(batch, in_features, generator=g), torch.randn(batch, out_features, generator=g)) for _ in range(steps)]
+    return [
+        (torch.randn(batch, in_features, generator=g), torch.randn(batch, out_features, generator=g))
+        for _ in range(steps)
+    ]
 
 
 def plain(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -142,13 +142,15 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
 
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
-        if hoist_fsdp_hooks(self, model):
-            live: Callable[[], bool | None] = lambda: True
-        else:
-            live = _compiled_by_thunderplug(weakref.ref(self))
+        hoisted = hoist_fsdp_hooks(self, model)
+        live = _always if hoisted else _compiled_by_thunderplug(weakref.ref(self))
         replace_thunder_module_parameters(self, lambda captured: LiveParameters(model, captured, live))
 
     return replacement
+
+
+def _always() -> bool:
+    return True
 
 
 def _compiled_by_thunderplug(module_ref: weakref.ref) -> Callable[[], bool | None]:
@@ -166,8 +168,21 @@ def _compiled_by_thunderplug(module_ref: weakref.ref) -> Callable[[], bool | Non
 def distributed_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
     """Executor lookasides for the core executor of a ``discover()`` list: functional collectives
     through ``table`` (:func:`collective_lookasides`), DTensor's API as ops traced on fakes
-    (:func:`dtensor_lookasides`)."""
-    return {**collective_lookasides(table), **dtensor_lookasides()}
+    (:func:`dtensor_lookasides`), profiler ranges dropped (:func:`profiler_range_lookasides`)."""
+    return {**collective_lookasides(table), **dtensor_lookasides(), **profiler_range_lookasides()}
+
+
+def profiler_range_lookasides() -> dict[Any, Callable[..., Any]]:
+    """``with torch.profiler.record_function(name):`` inside jitted code (FSDP2's hooks, torchtitan,
+    user code) is dropped from the trace: a profiler range is an annotation, and its ops return a
+    ``ScriptObject`` handle no proxy can stand for (stock thunder: ``profiler._record_function_enter_new
+    is not registered``). The code inside the range is traced as usual."""
+    from torch.autograd.profiler import record_function
+
+    return {
+        record_function.__enter__: lambda self: self,
+        record_function.__exit__: lambda self, *exc_info: None,
+    }
 
 
 def dtensor_lookasides() -> dict[Any, Callable[..., Any]]:
@@ -237,8 +252,7 @@ def collective_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
     packets = [
         fn
         for fn in torch_to_thunder_function_map()
-        if isinstance(fn, torch._ops.OpOverloadPacket)
-        and fn._qualified_op_name.split("::")[0] in COLLECTIVE_NAMESPACES
+        if isinstance(fn, torch._ops.OpOverloadPacket) and fn._qualified_op_name.split("::")[0] in COLLECTIVE_NAMESPACES
     ]
     return {
         packet: record_source_loc_in_symbol_header(functools.partial(table.call_packet, packet)) for packet in packets
