@@ -35,8 +35,10 @@ def register_executors(register: Callable[[ExecutorSpec], None]) -> None:
     """Call ``register(ExecutorSpec(...))`` for each thunder executor this plugin provides.
 
     Called once when the plugin is loaded and available. ``discover()`` orders executors by
-    ``priority`` (higher first) then name, and builds each through its ``factory`` only when it
-    is selected.
+    ``priority`` (higher first) then name, asks each spec's own ``unavailable_reason`` (if any),
+    and builds each through its ``factory`` only when it is selected. Registering anything but an
+    ``ExecutorSpec`` makes the plugin ``invalid``; a name an earlier plugin registered makes it
+    ``conflict``.
     """
 
 
@@ -47,17 +49,18 @@ def register_aten_ops(register: Callable[[AtenOp], None]) -> None:
     Called once when the plugin is loaded and available. The core turns each into a thunder
     symbol with id ``torch.ops.aten.<op>.<overload>``, makes both ``torch.ops.aten.<op>(...)``
     and ``torch.ops.aten.<op>.<overload>(...)`` resolve to it inside ``thunder.jit``, and checks
-    the decomposition's output metadata against torch's own meta kernel. An overload registered
-    by two plugins is an error naming both.
+    the decomposition's output metadata against torch's own meta kernel. An overload an earlier
+    plugin registered makes this plugin ``conflict`` (the reason names both).
     """
 
 
 @hookspec
 def register_claims(register: Callable[[Claim], None]) -> None:
-    """Call ``register(Claim(...))`` for each op one of this plugin's executors takes.
+    """Call ``register(claim)`` for each op one of this plugin's executors takes; ``claim`` is a
+    ``SubclassOpClaim``, ``FunctionClaim``, ``AtenKernelClaim`` or ``FusionFilter``.
 
     Called once when the plugin is loaded and available. The core turns the claims into thunder
-    executors (one per ``Claim.executor`` name) and orders them by ``Claim.priority`` with the
-    other executors, so that a before-autodiff claim is asked before any fuser, whatever the
-    install order. See docs/claims.md.
+    executors (one per ``executor`` name) and orders them by ``priority`` with the other
+    executors, so that a before-autodiff claim is asked before any fuser, whatever the install
+    order. See docs/claims.md.
     """
