@@ -67,7 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.json:
         functions = []
         for index, fn in enumerate(compiled):
-            rows = explain(fn)
+            rows = _rows(explain, fn)
             functions.append(
                 {
                     "index": index,
@@ -81,15 +81,24 @@ def _explain(args: argparse.Namespace) -> int:
         return exit_code or (0 if compiled else 1)
     print(f"thunderplug explain: {args.script} {ending}; {len(compiled)} thunder.jit function(s) compiled")
     for index, fn in enumerate(compiled):
-        rows = explain(fn)
+        rows = _rows(explain, fn)
         print(f"\n== thunder.jit function {index}: {_name(fn)} ==")
-        print(format_summary(rows))
+        print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
         if args.all:
             print()
             print(format_rows(rows))
     if compiled and not args.all:
         print("\n(--all lists every op of every trace; --json prints all of it as JSON)")
     return exit_code or (0 if compiled else 1)
+
+
+def _rows(explain: Any, fn: Any) -> list[Any]:
+    """``explain(fn)``, or no rows and the error on stderr: one function must not hide the others."""
+    try:
+        return list(explain(fn))
+    except Exception as error:  # noqa: BLE001 - report it and go on with the next function
+        print(f"thunderplug explain: cannot explain {_name(fn)}: {type(error).__name__}: {error}", file=sys.stderr)
+        return []
 
 
 def _exit_code(code: Any) -> int:
