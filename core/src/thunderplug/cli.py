@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every plugin discover() considers (thunderplug's own first), its status and why, the hooks "
         "it implements, where they live, and the executors discover() returns, in order.",
     )
-    plugins.add_argument("--json", action="store_true", help="print JSON (plugins and executor order) instead of a table")
+    plugins.add_argument("--json", action="store_true", help="print JSON (plugins, executor order)")
     plugins.set_defaults(run=_plugins)
 
     explain = commands.add_parser(
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fp8 under thunder.jit(executors=discover()), then show what each plugin did.",
     )
     demo.add_argument("--steps", type=int, default=60, help="training steps (default: 60)")
-    demo.add_argument("--plot", metavar="PNG", help="write the loss curves and step times to this PNG (needs matplotlib)")
+    demo.add_argument("--plot", metavar="PNG", help="write losses and step times to this PNG (needs matplotlib)")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.set_defaults(run=_demo)
     return parser
