@@ -389,3 +389,19 @@ def test_first_discover_from_several_threads_agrees(fake_dists):
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: [ex.name for ex in thunderplug.discover(host=host, quiet=True)], range(4)))
     assert all(result == results[0] for result in results) and "racy_ex" in results[0]
+
+
+def test_a_plugin_whose_second_executor_fails_is_dropped_whole(plugin_host):
+    from thunder.extend import OperatorExecutor
+
+    class HalfBroken:
+        @hookimpl
+        def register_executors(self, register):
+            register(ExecutorSpec("half_first", lambda: OperatorExecutor("half_first"), priority=50))
+            register(ExecutorSpec("half_second", lambda: 1 / 0, priority=40))
+
+    plugin_host.add_plugin(HalfBroken(), "half_broken")
+    names = [ex.name for ex in thunderplug.discover(host=plugin_host, quiet=True)]
+    assert "half_first" not in names and "half_second" not in names and "thunderplug" in names
+    status = statuses(plugin_host)["half_broken"]
+    assert status.status is Status.FAILED and status.executors == [] and "ZeroDivisionError" in status.reason

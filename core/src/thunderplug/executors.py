@@ -26,7 +26,9 @@ def assemble_executors(
     re-raises under THUNDERPLUG_STRICT) and the rest of the list is still returned.
     """
     patches.install()
-    executors = [ex for spec in host.executor_specs(only=only, exclude=exclude) if (ex := host.build(spec)) is not None]
+    built = [(spec, host.build(spec)) for spec in host.executor_specs(only=only, exclude=exclude)]
+    # a plugin whose later executor failed to build is dropped whole, its earlier ones included
+    executors = [ex for spec, ex in built if ex is not None and host.provider_of(spec.name) is not None]
     host.warn_inactive(quiet=quiet)
     if include_defaults:
         names = {executor.name for executor in executors}
