@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 #: the case modules, each with a ``CASES`` list
-MODULES = ("torchao_quantize", "torch_subclasses", "issue_repros", "upstream_thunder")
+MODULES = ("torchao_quantize", "torch_subclasses", "issue_repros", "upstream_thunder", "torchao_training")
 
 
 def all_cases() -> list:

@@ -28,6 +28,8 @@ class Case:
     ``build`` is called under ``torch.manual_seed(0)`` for each mode, so every mode starts from
     the same values. ``trains`` names the optimizer (``"sgd"`` or ``"adamw"``) or is ``None``.
     ``xfail`` is the root cause of a known discover() failure (the test still runs it, strictly).
+    ``loss`` replaces the default training loss (the sum of the outputs) where the program needs a
+    dense gradient (torchao's MX backward asserts a contiguous one; ``sum`` gives a broadcast one).
     """
 
     name: str
@@ -37,6 +39,8 @@ class Case:
     tolerance: dict[str, float] = field(default_factory=dict)
     xfail: str | None = None
     cotangent: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: the training loss of one output (default: its sum)
+    loss: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def case(name: str, *, trains: str | None = None, steps: int = 3, xfail: str | None = None, **tolerance: float):

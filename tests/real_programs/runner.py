@@ -95,7 +95,7 @@ def _train(case: Case, program, fn, result: Run) -> None:
         optimizer.zero_grad(set_to_none=True)
         out = _timed_call(fn, program.inputs, result)
         result.values.append((f"step {step} output", out))
-        loss = sum(o.sum() for o in _tensors(out) if o.requires_grad)
+        loss = sum((case.loss or torch.sum)(o) for o in _tensors(out) if o.requires_grad)
         loss.backward(torch.ones_like(loss))
         result.values.extend((f"step {step} grad of {n}", p.grad) for n, p in zip(names, params))
         optimizer.step()

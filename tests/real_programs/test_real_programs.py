@@ -52,3 +52,17 @@ def test_nothing_stock_thunder_runs_fails_under_discover(name):
     except AssertionError:
         return  # stock thunder fails or is wrong here: no promise to keep (test_discover_equals_eager checks us)
     assert_equal_runs(_run(name, "discover"), eager, case.tolerance, "discover() (stock thunder.jit passes)")
+
+
+def test_jagged_nested_tensor_is_refused_by_name():
+    """Jagged NestedTensors have a dynamic nested-int size (``j1``); thunder traces static shapes."""
+    import thunder
+    import torch
+
+    import thunderplug
+
+    nested = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
+    assert type((nested * 2).sin()).__name__ == "NestedTensor"  # eager runs it
+    jitted = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover(quiet=True))
+    with pytest.raises(Exception, match=r"NestedTensor input with a dynamic \(nested int\) dimension, shape \(2, j1, 4\)"):
+        jitted(nested)

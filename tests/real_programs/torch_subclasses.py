@@ -125,7 +125,21 @@ def _frozen_and_buffer(make, name: str) -> Case:
     return Case(name, lambda: Program(_SubclassWeights(make), (torch.randn(3, 8),)), trains="adamw")
 
 
+@case(
+    "TwoTensor/plain@frozen-subclass-then-mul-by-subclass-requiring-grad",
+    xfail="core bug, reported: thunder's claiming pass re-runs TwoTensor.torch.mul with a float where the "
+    "matmul output was (TypeError: descriptor 'mul' for 'torch._C.TensorBase' objects doesn't apply to a 'float')",
+)
+def _two_tensor_mixed_grads() -> Program:
+    def fn(x, w, y, z):
+        return ((x * 2) @ w * y + z).sum()
+
+    frozen = TwoTensor(torch.randn(4, 4), torch.randn(4, 4))
+    return Program(fn, (torch.randn(4, 4, requires_grad=True), frozen, _two(4, 4), torch.randn(4, 4)))
+
+
 CASES: list[Case] = [
+    _two_tensor_mixed_grads,
     _two_tensor_mixed,
     _two_tensor_weight,
     _wrapper_subclass,
