@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
 from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
-from thunder.core.transform_common import dce
+from thunder.core.prims import OpTags
+from thunder.core.transform_common import cse_single_bsym, dce, replace_redundant_inputs
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
@@ -61,13 +64,42 @@ class ThunderplugExecutor(FusionExecutor):
             unrolled = from_trace(trace)
             retyped = _retrace_stale(trace.bound_symbols, unrolled)
             unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
-            trace = transform_for_operator_executor_execution(unrolled, others)
+            trace = transform_for_operator_executor_execution(_cse(unrolled, self.aten), others)
         return dce(trace)
 
 
 def _torch_autograd_backward(display: str, overload: Any) -> Symbol:
     """The backward of an ATen op no plugin registered: torch's autograd of the op, unrolled on fakes."""
     return unrolled_op_symbol(f"{display}.backward", vjp_of(overload), differentiable=False)
+
+
+def _cse(trace: TraceCtx, table: AtenTable) -> TraceCtx:
+    """Common subexpressions of the unrolled ops, removed before executors claim them: each
+    subclass op unrolls on its own, so the same cast or scale (torchao's float8 casts of a weight
+    used twice) appears once per use. Ops with random or side effects are never merged."""
+    rhs_to_bsym: dict = {}
+    redundant: dict = {}
+    kept = []
+    for bsym in trace.bound_symbols:
+        if _has_effects(bsym, table):
+            kept.append(bsym.from_bsym_swap_proxies(redundant, skip_inputs=False, skip_output=True))
+        elif (new := cse_single_bsym(redundant, rhs_to_bsym, bsym)) is not None:
+            kept.append(new)
+    result = from_trace(trace)
+    result.bound_symbols = replace_redundant_inputs(redundant, kept)
+    return result
+
+
+def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
+    """Random, mutating or communicating ATen overloads (by their schema and tags)."""
+    overload = table.overloads_by_id.get(bsym.sym.id)
+    if overload is None:
+        return OpTags.DONT_DCE in (bsym.sym.tags or ())
+    return (
+        torch.Tag.nondeterministic_seeded in overload.tags
+        or overload._schema.is_mutable
+        or overload.namespace in ("_c10d_functional", "c10d", "profiler")
+    )
 
 
 def _opaque_proxy_methods() -> dict:
