@@ -20,6 +20,12 @@ collective filled it: silently wrong values. :func:`collective_lookasides` sends
 in ``discover()`` compilations, to the same place as every other collective: the ATen table's
 fallback symbols, which run each op as itself (the wait really waits; it depends on its
 collective's output, so it stays after it) with torch's own autograd.
+
+Also here: FSDP2's hooks of a ``fully_shard``-then-jit block run eagerly around the compiled call
+(:func:`hoist_fsdp_hooks`); DTensor's API (``from_local``, ``to_local``, ``redistribute``,
+``distribute_tensor``) becomes ops of the generic subclass core instead of thunder's DTensorProxy
+symbols (:func:`dtensor_lookasides`); profiler ranges are dropped (:func:`profiler_range_lookasides`).
+docs/distributed.md says what works and in which order.
 """
 
 from __future__ import annotations
