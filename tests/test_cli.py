@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from thunderplug.cli import main
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -3,8 +3,9 @@
 import json
 
 import pytest
-import thunderplug
 import torch
+
+import thunderplug
 from thunderplug import ExecutorSpec, PluginHost, Status, hookimpl
 from thunderplug.cli import main
 
@@ -200,7 +201,9 @@ def test_python_dash_m_entry_point():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "thunderplug", "plugins", "--json"], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "thunderplug", "plugins", "--json"], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert any(r["name"] == "aten_ops" for r in json.loads(result.stdout)["plugins"])
 
@@ -248,7 +251,10 @@ def test_wrong_registrations_make_only_that_plugin_invalid(fake_dists):
     host = PluginHost(environ={})
     found = statuses(host)
     assert found["registers_a_str"].status is Status.INVALID
-    assert "register('not a spec')" in found["registers_a_str"].reason and "ExecutorSpec" in found["registers_a_str"].reason
+    assert (
+        "register('not a spec')" in found["registers_a_str"].reason
+        and "ExecutorSpec" in found["registers_a_str"].reason
+    )
     assert found["aten_ops"].status is Status.ACTIVE  # report() works: `thunderplug plugins` does not crash
 
     with pytest.warns(thunderplug.ThunderplugWarning, match="builds_a_str"):
@@ -294,7 +300,17 @@ def test_quiet_environment_variable(recwarn):
 
 @pytest.mark.parametrize(
     ("value", "strict"),
-    [("1", True), ("true", True), ("Yes", True), ("ON", True), ("0", False), ("false", False), ("no", False), ("off", False), ("", False)],
+    [
+        ("1", True),
+        ("true", True),
+        ("Yes", True),
+        ("ON", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        ("off", False),
+        ("", False),
+    ],
 )
 def test_booleans_are_parsed_as_people_write_them(fake_dists, value, strict):
     fake_dists.add("no_library_bool", "raise OSError('missing libbar.so')\n")
@@ -314,7 +330,9 @@ def test_a_value_that_is_no_boolean_is_a_warning():
 
 @pytest.mark.parametrize("variable", ["THUNDERPLUG_PLUGINS", "THUNDERPLUG_DISABLE"])
 def test_unknown_plugin_names_are_a_warning(variable):
-    with pytest.warns(thunderplug.ThunderplugWarning, match=rf"{variable} names 'nonexistent_{variable.lower()}'") as caught:
+    with pytest.warns(
+        thunderplug.ThunderplugWarning, match=rf"{variable} names 'nonexistent_{variable.lower()}'"
+    ) as caught:
         PluginHost(environ={variable: f"aten_ops, nonexistent_{variable.lower()}"}).report()
     assert "installed: aten_ops, " in str(caught[0].message) and "thunderplug_broadcast_grads" in str(caught[0].message)
 
@@ -337,7 +355,11 @@ def test_availability_is_per_executor(plugin_host):
     class TwoMachines:
         @hookimpl
         def register_executors(self, register):
-            register(ExecutorSpec("gpu_only_ex", lambda: OperatorExecutor("gpu_only_ex"), unavailable_reason=lambda: "no GPU here"))
+            register(
+                ExecutorSpec(
+                    "gpu_only_ex", lambda: OperatorExecutor("gpu_only_ex"), unavailable_reason=lambda: "no GPU here"
+                )
+            )
             register(ExecutorSpec("cpu_ex", lambda: OperatorExecutor("cpu_ex"), unavailable_reason=lambda: None))
 
     status = plugin_host.add_plugin(TwoMachines(), "two_machines")
@@ -378,7 +400,11 @@ def test_report_lists_hooks_and_module(plugin_host):
     assert status.hooks == ["register_executors", "unavailable_reason"]
     assert status.module == f"{__name__}:test_report_lists_hooks_and_module.<locals>.Hooks"
     core = statuses(plugin_host)["thunderplug"]
-    assert (core.module, core.hooks, core.executors) == ("thunderplug.builtins:CorePlugin", ["register_executors"], ["thunderplug"])
+    assert (core.module, core.hooks, core.executors) == (
+        "thunderplug.builtins:CorePlugin",
+        ["register_executors"],
+        ["thunderplug"],
+    )
 
 
 def test_first_discover_from_several_threads_agrees(fake_dists):

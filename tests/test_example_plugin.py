@@ -4,15 +4,18 @@ import re
 from pathlib import Path
 
 import thunder
-import thunderplug
 import torch
+
+import thunderplug
 from thunderplug import PluginHost, Status
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def example_source() -> str:
-    block = re.search(r"<!-- example-plugin -->\n```python\n(.*?)```\n<!-- /example-plugin -->", README.read_text(), re.DOTALL)
+    block = re.search(
+        r"<!-- example-plugin -->\n```python\n(.*?)```\n<!-- /example-plugin -->", README.read_text(), re.DOTALL
+    )
     assert block, "README lost its example plugin block"
     return block.group(1)
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import thunder
-import thunderplug
 import torch
 from thunder.core import prims
+
+import thunderplug
 from thunderplug import AtenOp, hookimpl, hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,9 @@ README = ROOT / "README.md"
 
 
 def readme_commands() -> list[str]:
-    block = re.search(r"<!-- one-plugin-install -->\n```bash\n(.*?)```\n<!-- /one-plugin-install -->", README.read_text(), re.DOTALL)
+    block = re.search(
+        r"<!-- one-plugin-install -->\n```bash\n(.*?)```\n<!-- /one-plugin-install -->", README.read_text(), re.DOTALL
+    )
     assert block, "README lost its one-plugin-install block"
     return [line for line in block.group(1).splitlines() if line.strip()]
 
@@ -50,7 +52,9 @@ def test_one_plugin_install_from_a_fresh_clone(tmp_path):
     for index, command in enumerate(commands):
         if index == 0:
             command = command.replace("python3", sys._base_executable, 1)  # the Python this test runs on
-        result = subprocess.run(command, shell=True, cwd=clone, env=environ, capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            command, shell=True, cwd=clone, env=environ, capture_output=True, text=True, check=False
+        )
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
         outputs.append(result.stdout)
         if index == 0:
@@ -74,7 +78,8 @@ import copy, json
 import thunder, torch, thunderplug
 from torchao.float8 import convert_to_float8_training
 torch.manual_seed(0)
-model = convert_to_float8_training(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16)))
+mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+model = convert_to_float8_training(mlp)
 jitted = thunder.jit(copy.deepcopy(model), executors=thunderplug.discover(quiet=True))
 x = torch.randn(16, 32)
 print(json.dumps({

@@ -4,10 +4,11 @@ import copy
 
 import pytest
 import thunder
-import thunderplug  # noqa: F401 - registers the recipe and the plugin
 import torch
 from thunder.recipes import BaseRecipe
 from torch.testing._internal.two_tensor import TwoTensor
+
+import thunderplug  # noqa: F401 - registers the recipe and the plugin
 
 float8 = pytest.importorskip("torchao.float8")
 

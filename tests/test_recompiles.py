@@ -2,9 +2,10 @@
 
 import pytest
 import thunder
-import thunderplug
 import torch
 from subclasses import ScaledTensor
+
+import thunderplug
 from thunderplug import recompiles
 from thunderplug.subclass import interception
 
@@ -43,7 +44,9 @@ def test_changing_ctx_hits_the_limit_with_one_warning_naming_subclass_and_field(
     message = str(warned[0].message)
     assert "'scaled_sin'" in message and "ScaledTensor input 'x'" in message
     assert "ctx['scale'] changed" in message and "2.0" in message and "the limit is 3" in message
-    assert recompiles.contexts_seen(thunder.compile_data(jitted), "x") == [{"scale": s} for s in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)]
+    assert recompiles.contexts_seen(thunder.compile_data(jitted), "x") == [
+        {"scale": s} for s in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+    ]
 
 
 def test_a_fixed_ctx_never_warns(noting_inputs, recwarn):
@@ -80,5 +83,7 @@ def test_changed_fields(before, after, fields):
 
 def test_a_limit_that_is_no_integer_is_a_warning(monkeypatch):
     monkeypatch.setenv(recompiles.LIMIT_VARIABLE, "lots")
-    with pytest.warns(thunderplug.ThunderplugWarning, match="THUNDERPLUG_RECOMPILE_LIMIT='lots' is not a non-negative integer"):
+    with pytest.warns(
+        thunderplug.ThunderplugWarning, match="THUNDERPLUG_RECOMPILE_LIMIT='lots' is not a non-negative integer"
+    ):
         assert recompiles.limit() == recompiles.DEFAULT_LIMIT

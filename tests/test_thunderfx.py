@@ -1,9 +1,10 @@
 """thunderfx (torch.compile with thunder's ThunderCompiler) on tensor-subclass inputs, against eager."""
 
-import thunderplug
 import torch
 from thunder.dynamo import ThunderCompiler
 from torch.testing._internal.two_tensor import TwoTensor
+
+import thunderplug
 
 
 def test_twotensor_function_through_thunderfx_equals_eager():

@@ -1,7 +1,7 @@
 """thunderplug: plugin-based executors for lightning-thunder, with tensor-subclass support.
 
-    import thunder, thunderplug
-    jitted = thunder.jit(model, executors=thunderplug.discover())
+import thunder, thunderplug
+jitted = thunder.jit(model, executors=thunderplug.discover())
 """
 
 from __future__ import annotations

@@ -75,7 +75,11 @@ def _progress(done: int, total: int, runs: list[Run]) -> None:
 
 def _compact(trace: object) -> str:
     """Top-level lines of a trace, without comments: one line per operation."""
-    lines = [line for line in str(trace).splitlines() if line.startswith("  ") and not line.lstrip().startswith(("#", "del "))]
+    lines = [
+        line
+        for line in str(trace).splitlines()
+        if line.startswith("  ") and not line.lstrip().startswith(("#", "del "))
+    ]
     return "\n".join(lines)
 
 
@@ -156,13 +160,19 @@ def _plot(path: str, runs: list[Run]) -> None:
         print(f"--plot needs matplotlib (pip install matplotlib); {path} not written")
         return
     figure, (loss_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {"fp32 eager": {"marker": "o"}, "fp8 eager": {"marker": "s"}, "fp8 thunderplug": {"linestyle": "--", "marker": "x"}}
+    styles = {
+        "fp32 eager": {"marker": "o"},
+        "fp8 eager": {"marker": "s"},
+        "fp8 thunderplug": {"linestyle": "--", "marker": "x"},
+    }
     for run in runs:
         steps = range(1, len(run.losses) + 1)
         loss_axes.plot(steps, run.losses, label=run.label, markersize=3, **styles[run.label])
         time_axes.plot(steps, [s * 1e3 for s in run.seconds], label=run.label, markersize=3, **styles[run.label])
     loss_axes.set(xlabel="step", ylabel="MSE loss", yscale="log", title="training loss")
-    time_axes.set(xlabel="step", ylabel="ms per step (log)", yscale="log", title="step time (step 1 includes compilation)")
+    time_axes.set(
+        xlabel="step", ylabel="ms per step (log)", yscale="log", title="step time (step 1 includes compilation)"
+    )
     for axes in (loss_axes, time_axes):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.legend()

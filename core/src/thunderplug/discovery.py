@@ -235,7 +235,9 @@ class PluginHost:
             else:
                 available.append(spec)
         if specs and not available and not offers_more:
-            self._skip(status, Status.UNAVAILABLE, "; ".join(f"{n}: {r}" for n, r in status.unavailable_executors.items()))
+            self._skip(
+                status, Status.UNAVAILABLE, "; ".join(f"{n}: {r}" for n, r in status.unavailable_executors.items())
+            )
         return available
 
     def _check_conflicts(self, status: PluginStatus, specs: list[ExecutorSpec], ops: list[AtenOp]) -> None:

@@ -108,7 +108,13 @@ def _before_autodiff_row(bsym: Any, executors: list, record: CompilationRecord) 
         display = printed.split("= ", 1)[1].split("(", 1)[0]
     for executor in executors:
         if any(f"{name.rsplit('.', 1)[-1]}.apply" == display for name in getattr(executor, "whole_functions", ())):
-            return Row("program", display, f"{executor.name} (the Function's own backward)", Stage.BEFORE_AUTODIFF, claimed=True)
+            return Row(
+                "program",
+                display,
+                f"{executor.name} (the Function's own backward)",
+                Stage.BEFORE_AUTODIFF,
+                claimed=True,
+            )
     declined: list[str] = []
     for executor in (ex.name for ex in executors):
         decision = record.latest_decision(executor, display)
@@ -165,7 +171,8 @@ def format_summary(rows: list[Row]) -> str:
     width = max([len(t.executor) for t in tallies] + [len("executor")])
     lines = [f"{'trace':<9} {'executor':<{width}} {'ops':>5} {'claimed':>8} {'fallback':>9} {'declined':>9}"]
     lines += [
-        f"{t.trace:<9} {t.executor:<{width}} {t.ops:>5} {t.claimed:>8} {t.fallbacks:>9} {t.declined:>9}" for t in tallies
+        f"{t.trace:<9} {t.executor:<{width}} {t.ops:>5} {t.claimed:>8} {t.fallbacks:>9} {t.declined:>9}"
+        for t in tallies
     ]
     program = [row for row in rows if row.trace == "program"]
     if program:

@@ -34,7 +34,9 @@ class ThunderplugRecipe(Recipe):
     tensor-subclass inputs are checked (type, flatten context, inner tensors).
     """
 
-    def __init__(self, plugins: Any = None, interpreter: Any = "thunder.jit"):  # "thunder.jit"/"thunder.fx", as thunder's
+    def __init__(
+        self, plugins: Any = None, interpreter: Any = "thunder.jit"
+    ):  # "thunder.jit"/"thunder.fx", as thunder's
         super().__init__(plugins=plugins, interpreter=interpreter)
 
     def setup_executors(self) -> list[Any]:

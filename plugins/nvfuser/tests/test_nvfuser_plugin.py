@@ -2,12 +2,13 @@
 
 import pytest
 import thunder
-import thunderplug
 import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import thunderplug
 from thunderplug import PluginHost, Status
 from thunderplug_nvfuser import hooks
 from thunderplug_nvfuser.cpu_fallback import touches_float8
-from torch.testing._internal.two_tensor import TwoTensor
 
 
 def test_nvfuser_says_why_it_is_unavailable_here():
@@ -40,7 +41,11 @@ def test_one_entry_point_each_executor_says_whether_it_runs_here(monkeypatch):
 
     monkeypatch.setenv("THUNDERPLUG_CPU_FUSION", "yes")
     on = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser"]
-    assert (on.status, on.executors, list(on.unavailable_executors)) == (Status.ACTIVE, ["torchcompile_no_fp8"], ["nvfuser"])
+    assert (on.status, on.executors, list(on.unavailable_executors)) == (
+        Status.ACTIVE,
+        ["torchcompile_no_fp8"],
+        ["nvfuser"],
+    )
     names = [ex.name for ex in thunderplug.discover(host=PluginHost(environ={}))]
     assert names.index("torchcompile_no_fp8") < names.index("aten")
 

@@ -26,7 +26,10 @@ def nvfuser_unavailable_reason() -> str | None:
     if cuda:
         return cuda
     if importlib.util.find_spec("nvfuser_direct") is None and importlib.util.find_spec("nvfuser") is None:
-        return "package 'nvfuser' is not installed (pip install --pre 'thunderplug-nvfuser[nvfuser]'; Python 3.10/3.12 wheels only)"
+        return (
+            "package 'nvfuser' is not installed "
+            "(pip install --pre 'thunderplug-nvfuser[nvfuser]'; Python 3.10/3.12 wheels only)"
+        )
     return None
 
 
