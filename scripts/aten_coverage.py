@@ -45,8 +45,6 @@ DEDICATED_TESTS = {
 REASONS = {
     "nonzero": "refused on purpose: data-dependent output shape (thunder 0.2.6 traces have static shapes)",
     "argwhere": "refused on purpose: argwhere is aten.nonzero (data-dependent output shape)",
-    "index_put": "thunder 0.2.6's index_put gradient with accumulate=False and repeated indices differs from "
-    "eager's (eager gives every duplicate the gradient of its target position)",
 }
 
 
