@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 
 from thunderplug.aten import AtenTable, user_location
@@ -57,6 +58,12 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     if overload is not None:
         return unrolled_op_symbol(f"{cls.__name__}.{symbol.id}", overload)
     torch_fn, op_name = torch_function_for(symbol)
+    if torch_fn is not None and _is_method(torch_fn) and not (args and isinstance(args[0], TensorProxy)):
+        # ``mul(2, g)`` (thunder's own gradient rules call it so): no Tensor method takes a number
+        # first, the torch function does; a name of its own keeps it apart from the method's symbol
+        function = torch_attribute(op_name)
+        if callable(function):
+            return unrolled_op_symbol(f"{cls.__name__}.{op_name}.number_first", function)
     if torch_fn is not None:
         return unrolled_op_symbol(f"{cls.__name__}.{op_name}", torch_fn)
     torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
