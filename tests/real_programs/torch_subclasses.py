@@ -125,12 +125,10 @@ def _frozen_and_buffer(make, name: str) -> Case:
     return Case(name, lambda: Program(_SubclassWeights(make), (torch.randn(3, 8),)), trains="adamw")
 
 
-@case(
-    "TwoTensor/plain@frozen-subclass-then-mul-by-subclass-requiring-grad",
-    xfail="core bug, reported: thunder's claiming pass re-runs TwoTensor.torch.mul with a float where the "
-    "matmul output was (TypeError: descriptor 'mul' for 'torch._C.TensorBase' objects doesn't apply to a 'float')",
-)
+@case("TwoTensor/plain@frozen-subclass-then-mul-by-subclass-requiring-grad")
 def _two_tensor_mixed_grads() -> Program:
+    """The gradient of ``x * 2`` is a TwoTensor here: thunder's rule for mul computes ``mul(2, g)``."""
+
     def fn(x, w, y, z):
         return ((x * 2) @ w * y + z).sum()
 
