@@ -431,3 +431,45 @@ def test_a_plugin_whose_second_executor_fails_is_dropped_whole(plugin_host):
     assert "half_first" not in names and "half_second" not in names and "thunderplug" in names
     status = statuses(plugin_host)["half_broken"]
     assert status.status is Status.FAILED and status.executors == [] and "ZeroDivisionError" in status.reason
+
+
+BROKEN_PLUGINS = {
+    "missing_module": ("import a_module_that_does_not_exist_anywhere\n", Status.UNAVAILABLE, "a_module_that_does_not"),
+    "missing_library": ("raise OSError('libfoo.so: cannot open shared object file')\n", Status.UNAVAILABLE, "libfoo"),
+    "hook_raises": (
+        "from thunderplug import hookimpl\n@hookimpl\ndef register_aten_ops(register):\n    raise KeyError('boom')\n",
+        Status.FAILED,
+        "KeyError",
+    ),
+    "misspelled_hook": (
+        "from thunderplug import hookimpl\n@hookimpl\ndef register_claim(register):\n    pass\n",
+        Status.INVALID,
+        "register_claim",
+    ),
+    "not_a_spec": (BAD_REGISTRATION, Status.INVALID, "not a spec"),
+    "not_an_executor": (NOT_AN_EXECUTOR, Status.INVALID, "not_an_executor"),
+    "duplicate_name": (GOOD.format(name="float8", priority=0), Status.CONFLICT, "thunderplug-float8"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(BROKEN_PLUGINS))
+def test_each_broken_mode_leaves_the_others_and_the_users_call_alone(fake_dists, mode):
+    import thunder
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    source, expected_status, in_reason = BROKEN_PLUGINS[mode]
+    name = f"zz_broken_{mode}"  # loaded after float8 (entry points load by name), so it is the later provider
+    fake_dists.add(name, source)
+    host = PluginHost(environ={})
+    executors = thunderplug.discover(host=host, quiet=True)
+    status = statuses(host)[name]
+    assert status.status is expected_status and in_reason in status.reason
+    assert {"thunderplug", "thunderplug_broadcast_grads", "aten", "float8"} <= {ex.name for ex in executors}
+    assert {s.name for s in host.report() if s.status is Status.ACTIVE} >= {"aten_ops", "float8"}
+
+    x = TwoTensor(torch.randn(3, 4), torch.randn(3, 4)).requires_grad_()
+    out, expected = thunder.jit(lambda x: (x * 2).sin(), executors=executors)(x), (x * 2).sin()
+    torch.testing.assert_close(out.a, expected.a)
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(expected))
+    (expected_grad,) = torch.autograd.grad(expected, x, torch.ones_like(expected))
+    torch.testing.assert_close(grad.b, expected_grad.b)
