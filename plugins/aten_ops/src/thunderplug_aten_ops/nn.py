@@ -108,7 +108,7 @@ def native_layer_norm(a, normalized_shape, weight, bias, eps):
 
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     computation_dtype = utils.get_computation_dtype(a.dtype)
-    grouped = clang.maybe_convert_to_dtype(ltorch.reshape(a, (N, group, -1)), computation_dtype)
+    grouped = clang.maybe_convert_to_dtype(ltorch.reshape(a, (N, group, (C // group) * HxW)), computation_dtype)
     var, mean = ltorch.var_mean(grouped, -1, keepdim=True, correction=0)
     rstd = ltorch.rsqrt(elementwise(prims.add, var, eps))
     out = ltorch.reshape(elementwise(prims.mul, elementwise(prims.sub, grouped, mean), rstd), a.shape)

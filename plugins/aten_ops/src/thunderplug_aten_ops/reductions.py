@@ -88,11 +88,20 @@ def var_dim(a, dim, unbiased=True, keepdim=False):
     return ltorch.var(a, _dims(a, dim), keepdim=keepdim, correction=1 if unbiased else 0)
 
 
+def _empty_softmax(a, half_to_float):
+    """(log-)softmax of an empty tensor: empty (thunder's amax refuses a zero-size dim)."""
+    return ltorch.full(tuple(a.shape), 0, device=a.device, dtype=dtypes.float32 if half_to_float else a.dtype)
+
+
 def softmax(a, dim, half_to_float):
+    if a.numel == 0:
+        return _empty_softmax(a, half_to_float)
     return ltorch.softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
 
 
 def log_softmax(a, dim, half_to_float):
+    if a.numel == 0:
+        return _empty_softmax(a, half_to_float)
     return ltorch.log_softmax(a, dim, dtype=dtypes.float32 if half_to_float else None)
 
 
