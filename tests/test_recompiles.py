@@ -7,27 +7,9 @@ from subclasses import ScaledTensor
 
 import thunderplug
 from thunderplug import recompiles
-from thunderplug.subclass import interception
 
 
-@pytest.fixture
-def noting_inputs(monkeypatch):
-    """The one line the subclass input path needs, applied here until the subclass code calls it itself:
-    ``recompiles.note_subclass_input(name, type(x), proxy.layout.ctx, history)`` in
-    ``interception._subclass_input``."""
-    original = interception._subclass_input
-    if "note_subclass_input" in original.__code__.co_names:
-        return
-
-    def noted(x, name, history):
-        proxy = original(x, name, history)
-        recompiles.note_subclass_input(name, type(x), proxy.layout.ctx, history)
-        return proxy
-
-    monkeypatch.setattr(interception, "_subclass_input", noted)
-
-
-def test_changing_ctx_hits_the_limit_with_one_warning_naming_subclass_and_field(noting_inputs, monkeypatch, recwarn):
+def test_changing_ctx_hits_the_limit_with_one_warning_naming_subclass_and_field(monkeypatch, recwarn):
     monkeypatch.setenv(recompiles.LIMIT_VARIABLE, "3")
 
     def scaled_sin(x):
@@ -49,7 +31,7 @@ def test_changing_ctx_hits_the_limit_with_one_warning_naming_subclass_and_field(
     ]
 
 
-def test_a_fixed_ctx_never_warns(noting_inputs, recwarn):
+def test_a_fixed_ctx_never_warns(recwarn):
     jitted = thunder.jit(lambda x: x.sin(), executors=thunderplug.discover(quiet=True))
     for _ in range(12):
         jitted(ScaledTensor(torch.randn(4), 2.0))
