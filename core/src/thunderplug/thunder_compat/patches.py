@@ -17,13 +17,12 @@ from typing import Any
 
 import torch
 from thunder.core.codeutils import SigInfo
-from thunder.core.proxies import TensorProxy
 from thunder.core.module import ThunderModule
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 from thunder.torch.experimental import dtensor_proxy
 
-from thunderplug import distributed
-from thunderplug import thunderfx
+from thunderplug import distributed, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map
 
