@@ -56,7 +56,7 @@ def run(case: Case, mode: str) -> Run:
             _train(case, program, fn, result)
         else:
             _once(case, program, fn, result)
-    except Exception as error:  # the comparison reports it, with its traceback
+    except Exception as error:  # noqa: BLE001 -- any failure is a result: the comparison reports it
         result.error = error
     return result
 
@@ -160,11 +160,15 @@ def _same_ctx(actual: Any, expected: Any) -> bool:
     if isinstance(expected, torch.Tensor):
         return isinstance(actual, torch.Tensor) and torch.equal(actual, expected)
     if isinstance(expected, dict):
-        return isinstance(actual, dict) and actual.keys() == expected.keys() and all(
-            _same_ctx(actual[k], expected[k]) for k in expected
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(_same_ctx(actual[k], expected[k]) for k in expected)
         )
     if isinstance(expected, (list, tuple)):
-        return type(actual) is type(expected) and len(actual) == len(expected) and all(
-            _same_ctx(a, e) for a, e in zip(actual, expected)
+        return (
+            type(actual) is type(expected)
+            and len(actual) == len(expected)
+            and all(_same_ctx(a, e) for a, e in zip(actual, expected))
         )
     return actual == expected

@@ -64,5 +64,7 @@ def test_jagged_nested_tensor_is_refused_by_name():
     nested = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
     assert type((nested * 2).sin()).__name__ == "NestedTensor"  # eager runs it
     jitted = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover(quiet=True))
-    with pytest.raises(Exception, match=r"NestedTensor input with a dynamic \(nested int\) dimension, shape \(2, j1, 4\)"):
+    with pytest.raises(
+        Exception, match=r"NestedTensor input with a dynamic \(nested int\) dimension, shape \(2, j1, 4\)"
+    ):
         jitted(nested)

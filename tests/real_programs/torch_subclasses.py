@@ -147,12 +147,16 @@ CASES: list[Case] = [
     _custom_plain_out_inner,
     _custom_plain_out_views,
     _subclass_with_factory,
-    _frozen_and_buffer(lambda *s: TwoTensor(torch.randn(*s), torch.randn(*s)), "TwoTensor/frozen-param+buffer/training"),
+    _frozen_and_buffer(
+        lambda *s: TwoTensor(torch.randn(*s), torch.randn(*s)), "TwoTensor/frozen-param+buffer/training"
+    ),
     _frozen_and_buffer(lambda *s: WrapperSubclass(torch.randn(*s)), "WrapperSubclass/frozen-param+buffer/training"),
     _frozen_and_buffer(
-        lambda *s: ConstantExtraMetadataTensor(torch.randn(*s)), "ConstantExtraMetadataTensor/frozen-param+buffer/training"
+        lambda *s: ConstantExtraMetadataTensor(torch.randn(*s)),
+        "ConstantExtraMetadataTensor/frozen-param+buffer/training",
     ),
     _frozen_and_buffer(
-        lambda *s: CustomTensorPlainOut(torch.randn(*s), torch.randn(*s)), "CustomTensorPlainOut/frozen-param+buffer/training"
+        lambda *s: CustomTensorPlainOut(torch.randn(*s), torch.randn(*s)),
+        "CustomTensorPlainOut/frozen-param+buffer/training",
     ),
 ]

@@ -7,7 +7,6 @@ import torch
 
 from real_programs.case import Case, Program, case
 
-
 # -- NF4 / QLoRA --------------------------------------------------------------------------------
 
 
@@ -143,11 +142,25 @@ CASES: list[Case] = [
     Case("float8-training/pad_inner_dim", _float8_recipe(_config(pad_inner_dim=True)), trains="sgd"),
     Case("float8-training/bf16-params", _float8_recipe(_config(), torch.bfloat16), trains="adamw"),
     Case("float8-training/no-bias/emulate", _float8_recipe(_config(emulate=True), bias=False), trains="adamw"),
-    Case("float8-training/rowwise/emulate", _float8_recipe(_recipe("rowwise", emulate=True), torch.bfloat16), trains="sgd"),
+    Case(
+        "float8-training/rowwise/emulate",
+        _float8_recipe(_recipe("rowwise", emulate=True), torch.bfloat16),
+        trains="sgd",
+    ),
     Case("float8-training/rowwise", _float8_recipe(_recipe("rowwise"), torch.bfloat16), trains="sgd"),
-    Case("MX/mxfp8-e4m3/training", _mx_model(torch.float8_e4m3fn, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES),
-    Case("MX/mxfp8-e5m2/training", _mx_model(torch.float8_e5m2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES),
+    Case(
+        "MX/mxfp8-e4m3/training",
+        _mx_model(torch.float8_e4m3fn, True),
+        trains="sgd",
+        loss=_mean_square,
+        xfail=MX_STRIDES,
+    ),
+    Case(
+        "MX/mxfp8-e5m2/training", _mx_model(torch.float8_e5m2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES
+    ),
     Case("MX/mxfp8-e4m3/inference", _mx_model(torch.float8_e4m3fn, False), xfail=MX_STRIDES),
-    Case("MX/mxfp4/training", _mx_model(torch.float4_e2m1fn_x2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES),
+    Case(
+        "MX/mxfp4/training", _mx_model(torch.float4_e2m1fn_x2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES
+    ),
     _mx_tensor_direct,
 ]
