@@ -34,8 +34,6 @@ _FORWARDS = (
     (aten._adaptive_avg_pool2d_backward.default, ltorch.adaptive_avg_pool2d_backward),
     (aten.grid_sampler_2d.default, ltorch.grid_sampler_2d),
     (aten.col2im.default, ltorch.fold),
-    (aten.prod.default, ltorch.prod),
-    (aten.prod.dim_int, ltorch.prod),
     (aten.cumsum.default, ltorch.cumsum),
     (aten.sort.default, ltorch.sort),
     (aten.topk.default, ltorch.topk),

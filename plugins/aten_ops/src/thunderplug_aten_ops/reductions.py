@@ -61,6 +61,36 @@ def any_true(a, dim=None, keepdim=False):
     return ltorch.any_tensor(a, _dims(a, dim), keepdim)
 
 
+def tree_product(a, dim):
+    """The product along ``dim`` (kept, size 1) as a tree of multiplications: its gradient is the
+    product of the other factors even where a factor is zero, as ATen's, where thunder's prod
+    gradient divides by the factor (NaN at zeros)."""
+    if a.shape[dim] == 0:
+        return ltorch.full(tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype)
+    while a.shape[dim] > 1:
+        if a.shape[dim] % 2:
+            one = ltorch.full(tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype)
+            a = ltorch.cat([a, one], dim)
+        size = a.shape[dim]
+        a = prims.mul(clang.slice_in_dim(a, 0, size, 2, dim=dim), clang.slice_in_dim(a, 1, size, 2, dim=dim))
+    return a
+
+
+def prod(a, dim=None, keepdim=False, *, dtype=None):
+    """torch.prod: integer and bool inputs multiply in int64 unless ``dtype`` says otherwise."""
+    if dtype is not None:
+        a = clang.maybe_convert_to_dtype(a, dtypes.to_dtype(dtype))
+    elif utils.is_integer_dtype(a.dtype) or utils.is_boolean_dtype(a.dtype):
+        a = clang.maybe_convert_to_dtype(a, dtypes.int64)
+    if dim is None:
+        return ltorch.reshape(tree_product(ltorch.reshape(a, (-1,)), 0), ())
+    if a.ndim == 0:
+        return prims.clone(a)
+    dim = utils.canonicalize_dim(a.ndim, dim)
+    result = tree_product(a, dim)
+    return result if keepdim else ltorch.squeeze(result, dim)
+
+
 def _values_at(a, dim, indices, keepdim):
     """``a`` gathered at ``indices`` (kept dim): the gradient flows to exactly that element, as in ATen."""
     if a.ndim == 0:
@@ -108,6 +138,8 @@ def log_softmax(a, dim, half_to_float):
 def ops() -> tuple[AtenOp, ...]:
     """This module's overloads and their decompositions."""
     return (
+        AtenOp(aten.prod.default, prod),
+        AtenOp(aten.prod.dim_int, prod),
         AtenOp(aten.sum.dim_IntList, sum_dims),
         AtenOp(aten.sum.default, sum_dims),
         AtenOp(aten.mean.default, mean),

@@ -18,6 +18,7 @@ from thunder.core.transforms import get_grad, put_grad, register_grad
 
 from thunderplug import AtenOp
 from thunderplug_aten_ops._broadcast import elementwise
+from thunderplug_aten_ops.reductions import tree_product
 
 aten = torch.ops.aten
 
@@ -280,25 +281,12 @@ def _identity(reduce, dtype):
     return info.min if reduce == "amax" else info.max
 
 
-def _product(values):
-    """The product over dim -2 as a tree of multiplications: its gradient is the product of the other
-    factors even where a factor is zero (ATen's), where thunder's prod divides by the factor."""
-    while values.shape[-2] > 1:
-        if values.shape[-2] % 2:
-            one = ltorch.full(tuple(values.shape[:-2]) + (1, values.shape[-1]), 1, device=values.device, dtype=values.dtype)
-            values = ltorch.cat([values, one], -2)
-        size = values.shape[-2]
-        values = prims.mul(clang.slice_in_dim(values, 0, size, 2, dim=values.ndim - 2),
-                           clang.slice_in_dim(values, 1, size, 2, dim=values.ndim - 2))
-    return ltorch.squeeze(values, -2)
-
-
 def _scatter_dense(a, dim, index, src, reduce, include_self):
     """thunder has no scatter-prod/max/min: a one-hot ``(other dims, index dim, a's dim)`` mask picks,
     for every target position, the ``src`` values scattered to it (the reduction's identity
     elsewhere), then a reduction over the index dim. Its memory is index size times
     ``a.shape[dim]``. The reductions' own gradients give ATen's: amax/amin share the gradient evenly
-    among the maxima (``self`` included when ``include_self``), prod the product rule (:func:`_product`)."""
+    among the maxima (``self`` included when ``include_self``), prod the product rule (:func:`~thunderplug_aten_ops.reductions.tree_product`)."""
     dim = utils.canonicalize_dim(a.ndim, dim)
     if index.numel == 0:
         return prims.clone(a)
@@ -315,7 +303,7 @@ def _scatter_dense(a, dim, index, src, reduce, include_self):
     values = clang.maybe_convert_to_dtype(values, a.dtype)
     if include_self:
         values = ltorch.cat([ltorch.unsqueeze(target, -2), values], -2)  # (O, 1 + J, N)
-    reduced = _product(values) if reduce == "prod" else (ltorch.amax if reduce == "amax" else ltorch.amin)(values, -2, False)
+    reduced = ltorch.squeeze(tree_product(values, values.ndim - 2), -2) if reduce == "prod" else (ltorch.amax if reduce == "amax" else ltorch.amin)(values, -2, False)
     touched = ltorch.any_tensor(hits, -2, False)
     result = ltorch.movedim(prims.where(touched, reduced, target), -1, dim)
     padding = [(0, a.shape[k] - result.shape[k], 0) for k in range(a.ndim)]
