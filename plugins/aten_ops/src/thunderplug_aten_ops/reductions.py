@@ -99,12 +99,21 @@ def _values_at(a, dim, indices, keepdim):
     return values if keepdim else clang.squeeze(values, (utils.canonicalize_dim(a.ndim, dim),))
 
 
+def _scalar_extremum(a):
+    """max/min along dim 0 of a 0-dim tensor: the value itself, at index 0."""
+    return prims.clone(a), ltorch.full((), 0, device=a.device, dtype=dtypes.int64)
+
+
 def max_dim(a, dim, keepdim=False):
+    if a.ndim == 0:
+        return _scalar_extremum(a)
     indices = ltorch.argmax(a, dim, True)
     return _values_at(a, dim, indices, keepdim), indices if keepdim else ltorch.squeeze(indices, dim)
 
 
 def min_dim(a, dim, keepdim=False):
+    if a.ndim == 0:
+        return _scalar_extremum(a)
     # argmax of the negation: thunder 0.2.6 has no gradient rule for prims.argmin
     indices = ltorch.argmax(prims.neg(a), dim, True) if dtypes.is_inexact_dtype(a.dtype) else ltorch.argmin(a, dim, True)
     return _values_at(a, dim, indices, keepdim), indices if keepdim else ltorch.squeeze(indices, dim)

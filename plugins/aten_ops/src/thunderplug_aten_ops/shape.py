@@ -248,6 +248,12 @@ def index_select(a, dim, index):
 
 
 def gather(a, dim, index, *, sparse_grad=False):
+    """ATen's edge cases too: an empty index gives an empty result of its shape, a 0-dim input acts as 1-D."""
+    if index.numel == 0:
+        return ltorch.full(tuple(index.shape), 0, device=a.device, dtype=a.dtype)
+    if a.ndim == 0:
+        flat = ltorch.gather(ltorch.reshape(a, (1,)), 0, ltorch.reshape(index, (-1,)))
+        return ltorch.reshape(flat, tuple(index.shape))
     return ltorch.gather(a, dim, index)
 
 
