@@ -38,7 +38,6 @@ _FORWARDS = (
     (aten.sort.default, ltorch.sort),
     (aten.topk.default, ltorch.topk),
     (aten.detach.default, ltorch.detach),
-    (aten.transpose.int, ltorch.transpose),
     (aten.unsqueeze.default, ltorch.unsqueeze),
     (aten.select.int, ltorch.select),
     (aten.diagonal.default, ltorch.diagonal),

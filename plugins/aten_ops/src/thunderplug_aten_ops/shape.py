@@ -62,6 +62,11 @@ def t(a):
     return prims.transpose(a, (1, 0)) if a.ndim == 2 else a
 
 
+def transpose(a, dim0, dim1):
+    """A 0-dim tensor transposes to itself (dims 0 and -1 both name its one implicit dim)."""
+    return prims.shallow_copy(a) if a.ndim == 0 else ltorch.transpose(a, dim0, dim1)
+
+
 def expand(a, size, *, implicit=False):
     return ltorch.expand(a, tuple(size))
 
@@ -330,6 +335,7 @@ def ops() -> tuple[AtenOp, ...]:
         AtenOp(aten.copy_.default, copy_),
         AtenOp(aten._to_copy.default, to_copy),
         AtenOp(aten.t.default, t),
+        AtenOp(aten.transpose.int, transpose),
         AtenOp(aten.expand.default, expand),
         AtenOp(aten.permute.default, permute),
         AtenOp(aten.squeeze.dim, squeeze),
