@@ -116,7 +116,8 @@ def _claim_subclass_op(executor: OperatorExecutor, claim: SubclassOpClaim, origi
 
 @functools.cache  # one wrapper per rule, so the backward symbol is built once, not per call
 def _backward_of(backward: Callable[..., Any]) -> Callable[..., Any]:
-    def run(args: tuple, kwargs: dict, cotangents: list) -> list:
+    def run(args: tuple, kwargs: dict, cotangents: list, wanted: tuple[bool, ...] | None = None) -> list:
+        # a claim's backward gives every gradient; the ones not wanted are dropped by the caller
         return list(backward(*args, *cotangents, **kwargs))
 
     run.__name__ = getattr(backward, "__name__", "backward")

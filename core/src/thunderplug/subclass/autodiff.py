@@ -62,8 +62,8 @@ def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs:
     if not any(wanted):
         return result
     grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs], wanted)
-    for value, grad in zip(inputs, grads):
-        if grad is not None and _differentiable(value):
+    for value, grad, want in zip(inputs, grads, wanted):
+        if want and grad is not None and _differentiable(value):
             prims.put_grad(value, grad)
     return result
 
