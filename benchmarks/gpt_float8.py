@@ -351,10 +351,16 @@ def main(argv: list[str] | None = None) -> None:
         for variant in [v for v in args.first_call.split(",") if v]:
             print(f"... {layers} layers: first call of {variant}", file=sys.stderr, flush=True)
             first[variant] = run_worker("first", layers, args, ["--variant", variant])
-        print(f"... {layers} layers: interleaved steps of {args.variants}", file=sys.stderr, flush=True)
-        steady = run_worker("steady", layers, args, ["--variants", args.variants])
+        steady: dict = {"ok": {}, "failed": {}}
+        if args.variants:
+            print(f"... {layers} layers: interleaved steps of {args.variants}", file=sys.stderr, flush=True)
+            steady = run_worker("steady", layers, args, ["--variants", args.variants])
         results[layers] = {"first": first, "steady": steady}
-        out += depth_tables(layers, first, steady, args.loss_steps)
+        tables = depth_tables(layers, first, steady, args.loss_steps)
+        out += tables
+        print("\n".join(tables), file=sys.stderr, flush=True)  # as it goes: a long run can be read before it ends
+        if args.json:
+            print(json.dumps({layers: results[layers]}), file=sys.stderr, flush=True)
     text = "\n".join(out)
     print(text)
     if args.json:
