@@ -191,3 +191,22 @@ def test_plain_thunder_jit_is_unchanged():
 
 def test_dispatch_error_type_is_public():
     assert issubclass(SubclassDispatchError, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: torch.nn.ReLU()(t),  # F.relu(t, inplace=False): Tensor.relu takes no keywords
+        lambda t: torch.nn.functional.relu(t, inplace=False),
+        lambda t: 2.0 / t,  # a number first: no Tensor method takes that
+        lambda t: 1 - t,
+    ],
+    ids=["nn.ReLU", "F.relu(inplace=False)", "number / subclass", "number - subclass"],
+)
+def test_calls_a_tensor_method_cannot_take_go_to_the_torch_function(fn):
+    x = TwoTensor(torch.rand(3) + 1, torch.rand(3) + 1)
+    out = thunder.jit(fn, executors=thunderplug.discover(quiet=True))(x)
+    expected = fn(x)
+    assert type(out) is TwoTensor
+    torch.testing.assert_close(out.a, expected.a)
+    torch.testing.assert_close(out.b, expected.b)

@@ -17,7 +17,7 @@ from thunder.core.symbol import Symbol
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
-from thunderplug.subclass.unroll import SubclassDispatchError
+from thunderplug.subclass.unroll import SubclassDispatchError, traced
 from thunderplug.subclass.values import SubclassTensorProxy
 from thunderplug.thunder_compat import torch_to_thunder_function_map
 
@@ -57,15 +57,9 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     overload = table.overloads_by_id.get(symbol.id)
     if overload is not None:
         return unrolled_op_symbol(f"{cls.__name__}.{symbol.id}", overload)
-    torch_fn, op_name = torch_function_for(symbol)
-    if torch_fn is not None and _is_method(torch_fn) and not (args and isinstance(args[0], TensorProxy)):
-        # ``mul(2, g)`` (thunder's own gradient rules call it so): no Tensor method takes a number
-        # first, the torch function does; a name of its own keeps it apart from the method's symbol
-        function = torch_attribute(op_name)
-        if callable(function):
-            return unrolled_op_symbol(f"{cls.__name__}.{op_name}.number_first", function)
-    if torch_fn is not None:
-        return unrolled_op_symbol(f"{cls.__name__}.{op_name}", torch_fn)
+    candidates = _torch_candidates(symbol, cls.__name__, args)
+    if candidates:
+        return _first_that_binds(candidates, args, kwargs)
     torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
     if torch_fn is not None:  # e.g. prims.add from accumulating two gradients
         return unrolled_op_symbol(f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}", torch_fn)
@@ -75,6 +69,42 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
             "unrolls torch-level operations on tensor subclasses"
         )
     return None
+
+
+def _torch_candidates(symbol: Symbol, class_name: str, args: tuple) -> list[tuple[str, Callable[..., Any]]]:
+    """(display name, torch callable) pairs that ``symbol`` may stand for, best first: the Tensor
+    method (it takes every calling convention of thunder's symbol, ``x.reshape(2, 3)``), then the
+    torch function of the symbol's id (it takes a number first, ``torch.mul(2, g)``, and keyword
+    arguments methods lack, ``F.relu(x, inplace=False)``)."""
+    torch_fn, op_name = torch_function_for(symbol)
+    if torch_fn is None:
+        return []
+    candidates = []
+    if not (_is_method(torch_fn) and not (args and isinstance(args[0], TensorProxy))):
+        candidates.append((f"{class_name}.{op_name}", torch_fn))
+    functions = [torch_attribute(path) for path in dict.fromkeys((op_name, str(symbol.id))) if path.startswith("torch.")]
+    for function in dict.fromkeys([*functions, *_torch_keys(symbol)]):
+        if callable(function) and function is not torch_fn and not _is_method(function):
+            path = f"{getattr(function, '__module__', None) or 'torch'}.{getattr(function, '__name__', 'op')}"
+            if any(display == f"{class_name}.{path}" for display, _ in candidates):
+                path += ".function"
+            candidates.append((f"{class_name}.{path}", function))
+    return candidates
+
+
+def _first_that_binds(candidates: list[tuple[str, Callable[..., Any]]], args: tuple, kwargs: dict) -> Symbol:
+    """The first candidate that accepts these arguments on fakes (traced once per metadata)."""
+    for index, (display, torch_fn) in enumerate(candidates):
+        if index == len(candidates) - 1:
+            return unrolled_op_symbol(display, torch_fn)
+        try:
+            traced(display, torch_fn, args, kwargs)
+        except SubclassDispatchError as error:
+            if isinstance(error.__cause__, TypeError):  # this callable does not take such a call
+                continue
+            raise
+        return unrolled_op_symbol(display, torch_fn)
+    raise AssertionError("no candidates")
 
 
 def _torch_function_for_prim(symbol: Symbol) -> Callable[..., Any] | None:
