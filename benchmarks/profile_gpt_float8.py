@@ -16,8 +16,8 @@ executor and, with ``--ops``, the steps' ATen ops by self CPU time (torch.profil
 from __future__ import annotations
 
 import argparse
-import cProfile
 import copy
+import cProfile
 import gc
 import pathlib
 import pstats
@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 PHASES = {
     "thunder.jit first call, total": ("thunder/__init__.py", "fn_"),
     "  interpretation (thunder_general_jit)": ("thunder/core/jit_ext.py", "thunder_general_jit"),
-    "  after interpretation (all transforms, codegen)": ("thunder/__init__.py", "apply_transforms_and_build_cache_entry"),
+    "  after interpretation (transforms, codegen)": ("thunder/__init__.py", "apply_transforms_and_build_cache_entry"),
     "  autodiff (grad_transform_on_trace)": ("thunder/transforms/autodiff.py", "grad_transform_on_trace"),
     "  claiming + fusion (transform_for_execution)": ("thunder/executors/passes.py", "transform_for_execution"),
     "    operator claiming": ("thunder/executors/passes.py", "_transform_for_operator_executor_execution"),

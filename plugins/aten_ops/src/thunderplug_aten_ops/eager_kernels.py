@@ -32,13 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import thunder.torch as ltorch
 import torch
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
-
-import thunder.torch as ltorch
 
 EXECUTOR_NAME = "eager_kernels"
 aten = torch.ops.aten
