@@ -320,8 +320,11 @@ def main(argv: list[str] | None = None) -> None:
 
     threads = next((r["threads"] for r in results if "threads" in r), "?")
     print(f"`{command}`\n")
-    print(f"{versions}; CPU, torch threads {threads}, oneDNN {'on' if args.onednn else 'off'}; {args.steps} timed steps after 1 + {args.warmup} warm-up; "
-          f"{time.strftime('%Y-%m-%d')}\n")
+    onednn = "on" if args.onednn else "off"
+    print(
+        f"{versions}; CPU, torch threads {threads}, oneDNN {onednn}; "
+        f"{args.steps} timed steps after 1 + {args.warmup} warm-up; {time.strftime('%Y-%m-%d')}\n"
+    )
     print(table(results))
     print()
     for line in loss_check(results):

@@ -19,7 +19,12 @@ class ScaledTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, data: torch.Tensor, scale: float):
         return torch.Tensor._make_wrapper_subclass(
-            cls, data.shape, strides=data.stride(), dtype=data.dtype, device=data.device, requires_grad=data.requires_grad
+            cls,
+            data.shape,
+            strides=data.stride(),
+            dtype=data.dtype,
+            device=data.device,
+            requires_grad=data.requires_grad,
         )
 
     def __init__(self, data: torch.Tensor, scale: float):
@@ -46,7 +51,8 @@ class ScaledTensor(torch.Tensor):
             return ScaledTensor(args[0].data_, args[0].scale * args[1])
         if func in (aten.t.default, aten.neg.default, aten.clone.default, aten.detach.default):
             return ScaledTensor(func(args[0].data_, *args[1:], **kwargs), args[0].scale)
-        if func in (aten.add.Tensor, aten.mul.Tensor, aten.mm.default, aten.sin.default, aten.cos.default, aten.sum.default):
+        dequantizing = (aten.add.Tensor, aten.mul.Tensor, aten.mm.default, aten.sin.default, aten.cos.default)
+        if func in (*dequantizing, aten.sum.default):
             plain = tree_map(lambda a: a.dequantize() if isinstance(a, ScaledTensor) else a, args)
             return func(*plain, **kwargs)
         raise NotImplementedError(f"ScaledTensor does not support {func}")

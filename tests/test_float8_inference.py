@@ -7,13 +7,13 @@ import torch
 import thunderplug
 
 float8 = pytest.importorskip("torchao.float8")
+from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic  # noqa: E402
 from torchao.float8.float8_training_tensor import (  # noqa: E402
     Float8TrainingTensor,
     GemmInputRole,
     LinearMMConfig,
     hp_tensor_and_scale_to_float8,
 )
-from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic  # noqa: E402
 
 
 def to_float8(hp: torch.Tensor, role: GemmInputRole) -> Float8TrainingTensor:

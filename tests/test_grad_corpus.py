@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
+import grad_corpus
 import pytest
 import thunder
 import torch
 
-import grad_corpus
 import thunderplug
 from thunderplug import broadcast_grads
 
@@ -149,8 +149,8 @@ def test_override_only_answers_for_implicit_broadcasts(plug_executors):
 
 def test_plain_jit_untouched():
     """Importing thunderplug and building the executor does not change thunder's global rules."""
-    from thunder.core.transforms import _grad_fn_map
     from thunder.core.prims import PrimIDs
+    from thunder.core.transforms import _grad_fn_map
 
     before = _grad_fn_map[PrimIDs.ADD]
     broadcast_grads.executor()

@@ -1,4 +1,5 @@
-"""Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without discover(), effective with it."""
+"""Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without
+discover(), effective with it."""
 
 import dataclasses
 import subprocess

@@ -5,11 +5,12 @@ import re
 import pytest
 import thunder
 import torch
+from subclasses import NotTraceable, ScaledTensor
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from subclasses import NotTraceable, ScaledTensor
 from thunderplug.subclass.unroll import SubclassDispatchError
+
 
 @pytest.fixture(scope="module", params=["default", "torchcompile"])
 def executors(request):

@@ -5,11 +5,11 @@ import copy
 import pytest
 import thunder
 import torch
+from subclasses import ScaledTensor
+from test_subclass_inference import assert_same
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from subclasses import ScaledTensor
-from test_subclass_inference import assert_same
 
 aten = torch.ops.aten
 
@@ -80,7 +80,8 @@ def test_subclass_output_with_subclass_cotangent(executors):
 def test_mul_is_unrolled_as_div_forward_and_backward(executors):
     x = MulIsDiv(torch.randn(3) + 3, torch.randn(3) + 3).requires_grad_()
     y = torch.rand(3, requires_grad=True) + 0.5
-    jitted = check_fwd_bwd(lambda x, y: x * y, [x, y.detach().requires_grad_()], executors, MulIsDiv(torch.ones(3), torch.ones(3)))
+    cotangent = MulIsDiv(torch.ones(3), torch.ones(3))
+    jitted = check_fwd_bwd(lambda x, y: x * y, [x, y.detach().requires_grad_()], executors, cotangent)
     if executors[-1] != "torchcompile":
         forward, backward = str(thunder.last_traces(jitted)[0]), str(thunder.last_backward_traces(jitted)[-1])
         assert "MulIsDiv.torch.mul(x, y)" in forward and "torch.ops.aten.div.Tensor" in forward

@@ -20,7 +20,13 @@ import re
 import pytest
 from harness import assert_runs_match, distributed_job, results_of
 
-PASSING = ["dtensor_inputs", "tensor_parallel", "dtensor_api_inside_jit", "dtensor_mlp", "distribute_module_with_input_fn"]
+PASSING = [
+    "dtensor_inputs",
+    "tensor_parallel",
+    "dtensor_api_inside_jit",
+    "dtensor_mlp",
+    "distribute_module_with_input_fn",
+]
 NOT_YET = {
     # an op of the compiled program reaches Float8TrainingTensor's dispatch with aten.abs, which eager never does
     "tensor_parallel_float8": "NotImplementedError: attempting to run aten.abs.default (Float8TrainingTensor dispatch)",

@@ -11,7 +11,6 @@ from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.pytree import tree_map
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-
 _per_thread = threading.local()
 
 

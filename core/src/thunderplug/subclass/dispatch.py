@@ -82,7 +82,8 @@ def _torch_candidates(symbol: Symbol, class_name: str, args: tuple) -> list[tupl
     candidates = []
     if not (_is_method(torch_fn) and not (args and isinstance(args[0], TensorProxy))):
         candidates.append((f"{class_name}.{op_name}", torch_fn))
-    functions = [torch_attribute(path) for path in dict.fromkeys((op_name, str(symbol.id))) if path.startswith("torch.")]
+    paths = dict.fromkeys((op_name, str(symbol.id)))
+    functions = [torch_attribute(path) for path in paths if path.startswith("torch.")]
     for function in dict.fromkeys([*functions, *_torch_keys(symbol)]):
         if callable(function) and function is not torch_fn and not _is_method(function):
             path = f"{getattr(function, '__module__', None) or 'torch'}.{getattr(function, '__name__', 'op')}"

@@ -14,21 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
+from thunder.core.prims import OpTags
 from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
-from thunder.core.prims import OpTags
 from thunder.core.transform_common import cse_single_bsym, dce, replace_redundant_inputs
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
 from thunderplug.aten import AtenTable
+from thunderplug.distributed import distributed_lookasides
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.autodiff import vjp_of
 from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
-from thunderplug.distributed import distributed_lookasides
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
 

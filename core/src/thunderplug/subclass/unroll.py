@@ -31,7 +31,7 @@ from thunderplug.aten import AtenTable, user_location
 from thunderplug.compilation import current_record
 from thunderplug.fake import fake_like, fake_mode, to_fake
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
-from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy, flatten_to_leaves
+from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
 
 
 class SubclassDispatchError(RuntimeError):
@@ -169,7 +169,8 @@ def _value_key(value: Any) -> Any:
     if isinstance(value, SubclassTensorProxy):
         layout = value.layout
         inner = tuple(_value_key(p) for p in value.inner.values())
-        return ("subclass", layout.cls, layout.attrs, _frozen(layout.ctx), layout.outer_size, layout.outer_stride, inner)
+        ctx = _frozen(layout.ctx)
+        return ("subclass", layout.cls, layout.attrs, ctx, layout.outer_size, layout.outer_stride, inner)
     if isinstance(value, TensorProxy):
         return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
     if isinstance(value, NumberProxy):
@@ -222,8 +223,8 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
                 mutated = node.args[0]
                 if mutated.op == "placeholder":
                     raise SubclassDispatchError(
-                        f"{display}: the subclass's dispatch mutates an input in place ({node.target}){user_location()}; "
-                        "thunderplug does not support in-place updates of subclass inner tensors"
+                        f"{display}: the subclass's dispatch mutates an input in place ({node.target})"
+                        f"{user_location()}; thunderplug does not support in-place updates of subclass inner tensors"
                     )
                 # dispatch code mutating its own temporary (torchao's addmm does ``out.add_(bias)``):
                 # compute the out-of-place op and let every later use of the temporary see the result
@@ -234,7 +235,8 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
                 env[node] = args[0][args[1]]
             else:
                 raise SubclassDispatchError(
-                    f"{display}: the subclass's dispatch produced {node.target}, which is not an ATen op{user_location()}"
+                    f"{display}: the subclass's dispatch produced {node.target}, which is not an ATen op"
+                    f"{user_location()}"
                 )
         elif node.op == "output":
             return list(torch.fx.node.map_arg(node.args[0], env.__getitem__))
