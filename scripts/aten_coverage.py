@@ -32,11 +32,19 @@ STAGES = ("forward", "requires_grad", "backward")
 
 #: overloads no in-scope OpInfo graph reaches but a dedicated test checks against eager (values + gradients)
 DEDICATED_TESTS = {
-    **{key: "plugins/aten_ops/tests/test_nn_kernels.py"
-       for key in ("convolution_backward.default", "native_layer_norm_backward.default",
-                   "native_group_norm_backward.default", "avg_pool2d_backward.default",
-                   "max_pool2d_with_indices_backward.default", "_embedding_bag.default", "convolution.default",
-                   "avg_pool1d.default")},
+    **{
+        key: "plugins/aten_ops/tests/test_nn_kernels.py"
+        for key in (
+            "convolution_backward.default",
+            "native_layer_norm_backward.default",
+            "native_group_norm_backward.default",
+            "avg_pool2d_backward.default",
+            "max_pool2d_with_indices_backward.default",
+            "_embedding_bag.default",
+            "convolution.default",
+            "avg_pool1d.default",
+        )
+    },
     "_scaled_mm.default": "plugins/aten_ops/tests/test_call_forms.py",
 }
 
@@ -55,7 +63,7 @@ def core_overloads() -> list[Any]:
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
-        packet = getattr(torch.ops.aten, schema.name[len("aten::"):], None)
+        packet = getattr(torch.ops.aten, schema.name[len("aten::") :], None)
         overload = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
         if overload is not None and torch.Tag.core in overload.tags:
             found.add(overload)
@@ -71,7 +79,9 @@ def how_decomposed(decomposition: Any) -> str:
     target = getattr(decomposition, "forwards_to", None)
     target_name = getattr(target, "name", getattr(target, "__name__", None))
     names = {target_name} if target is not None else set(re.findall(r"ltorch\.(\w+)", inspect.getsource(decomposition)))
-    fallbacks = sorted(n for n in names if OpTags.AUTO_REGISTERED in (getattr(getattr(ltorch, n, None), "tags", None) or ()))
+    fallbacks = sorted(
+        n for n in names if OpTags.AUTO_REGISTERED in (getattr(getattr(ltorch, n, None), "tags", None) or ())
+    )
     if fallbacks:
         return "torch fallback: " + ", ".join(f"ltorch.{n}" for n in fallbacks)
     return f"forwards to ltorch.{target_name}" if target is not None else "prims"
@@ -91,19 +101,29 @@ def run(full: bool) -> dict:
             index = 0
             while (case := run_case(op_id, dtype, index)).skip != f"no sample {index}":
                 if case.skip is None:
-                    cases.append({
-                        "op_id": op_id, "dtype": str(dtype).removeprefix("torch."), "sample": index,
-                        "overloads": [f"{o._opname}.{o._overloadname}" for o in case.overloads],
-                        "has_requires_grad": case.has_requires_grad, "has_backward": case.has_backward,
-                        "errors": case.errors(),
-                    })
+                    cases.append(
+                        {
+                            "op_id": op_id,
+                            "dtype": str(dtype).removeprefix("torch."),
+                            "sample": index,
+                            "overloads": [f"{o._opname}.{o._overloadname}" for o in case.overloads],
+                            "has_requires_grad": case.has_requires_grad,
+                            "has_backward": case.has_backward,
+                            "errors": case.errors(),
+                        }
+                    )
                 else:
                     skipped += 1
                 index += 1
                 if not full:
                     break
-    return {"torch": torch.__version__, "full": full, "extra_packets": sorted(EXTRA_PACKETS),
-            "skipped_samples": skipped, "cases": cases}
+    return {
+        "torch": torch.__version__,
+        "full": full,
+        "extra_packets": sorted(EXTRA_PACKETS),
+        "skipped_samples": skipped,
+        "cases": cases,
+    }
 
 
 # -- step 2: the document -------------------------------------------------------------------------------
@@ -118,8 +138,11 @@ def render(results: dict) -> str:
     cases = results["cases"]
     passed: dict[str, dict[str, set]] = {stage: defaultdict(set) for stage in STAGES}
     failed: dict[str, dict[str, set]] = {stage: defaultdict(set) for stage in STAGES}
-    ran = {"forward": cases, "requires_grad": [c for c in cases if c["has_requires_grad"]],
-           "backward": [c for c in cases if c["has_backward"] and "requires_grad" not in c["errors"]]}
+    ran = {
+        "forward": cases,
+        "requires_grad": [c for c in cases if c["has_requires_grad"]],
+        "backward": [c for c in cases if c["has_backward"] and "requires_grad" not in c["errors"]],
+    }
     for stage in STAGES:
         for case in ran[stage]:
             label = f"{case['op_id']} ({case['dtype']})"
@@ -136,7 +159,8 @@ def render(results: dict) -> str:
         f"torch {results['torch']}. OpInfo graphs: `make_fx` traces of "
         + ("every sample" if results["full"] else "the first sample")
         + " of each OpInfo in float32 and float64 whose ATen ops are all core or in the extra list "
-        f"({', '.join(results['extra_packets'])}), run with `thunder.jit(gm.forward, executors=thunderplug.discover())` "
+        f"({', '.join(results['extra_packets'])}), run with "
+        "`thunder.jit(gm.forward, executors=thunderplug.discover())` "
         "and compared with eager in three stages: forward (inputs without grad), with every floating input "
         "requiring grad (also through ops without derivative: values equal, integer/bool outputs do not require "
         "grad), and backward (input gradients for a random cotangent, `torch.autograd.grad`). Overloads no plugin "
@@ -149,25 +173,41 @@ def render(results: dict) -> str:
         f"* extra (non-core) overloads registered: {len(extras)}",
     ]
     refused = {key for key in NOT_REGISTERED}
-    for stage, title in (("forward", "forward"), ("requires_grad", "with inputs requiring grad"),
-                         ("backward", "backward")):
+    for stage, title in (
+        ("forward", "forward"),
+        ("requires_grad", "with inputs requiring grad"),
+        ("backward", "backward"),
+    ):
         total = len(ran[stage])
         ok = sum(stage not in c["errors"] for c in ran[stage])
         kept = [c for c in ran[stage] if not refused & set(c["overloads"])]
         kept_ok = sum(stage not in c["errors"] for c in kept)
-        lines.append(f"* OpInfo graphs, {title}: **{ok} / {total}** pass ({100 * ok / max(total, 1):.1f}%); "
-                     f"without the refused overloads ({', '.join(sorted(refused))}): **{kept_ok} / {len(kept)}** "
-                     f"({100 * kept_ok / max(len(kept), 1):.1f}%)")
-    lines += ["", "## Failing OpInfo graphs", "", "| OpInfo | dtype | sample | stage | reason | error |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"* OpInfo graphs, {title}: **{ok} / {total}** pass ({100 * ok / max(total, 1):.1f}%); "
+            f"without the refused overloads ({', '.join(sorted(refused))}): **{kept_ok} / {len(kept)}** "
+            f"({100 * kept_ok / max(len(kept), 1):.1f}%)"
+        )
+    lines += [
+        "",
+        "## Failing OpInfo graphs",
+        "",
+        "| OpInfo | dtype | sample | stage | reason | error |",
+        "|---|---|---|---|---|---|",
+    ]
     for case in cases:
         for stage, error in case["errors"].items():
             reason = REASONS.get(case["op_id"], "unexplained")
-            lines.append(f"| {case['op_id']} | {case['dtype']} | {case['sample']} | {stage} | {reason} | {error.replace('|', '/')} |")
+            lines.append(
+                f"| {case['op_id']} | {case['dtype']} | {case['sample']} | {stage} | {reason} | "
+                f"{error.replace('|', '/')} |"
+            )
 
     def rows(keys: list[str]) -> list[str]:
-        out = ["| overload | registered | decomposition | forward verified | works with inputs requiring grad "
-               "| backward verified | notes |", "|---|---|---|---|---|---|---|"]
+        out = [
+            "| overload | registered | decomposition | forward verified | works with inputs requiring grad "
+            "| backward verified | notes |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for key in keys:
             op = registered.get(key)
             notes = []
@@ -181,13 +221,27 @@ def render(results: dict) -> str:
                 if failed[stage][key]:
                     notes.append(f"{stage} fails in " + ", ".join(sorted(failed[stage][key])))
             if op is not None and not op.differentiable:
-                notes.append("no derivative: integer/bool outputs take no gradient, a gradient into a float output raises")
-            yes = lambda stage: "yes" if passed[stage][key] else "no"  # noqa: E731
-            out.append(f"| `{key}` | {'yes' if op else 'no'} | {how_decomposed(op.decomposition) if op else '-'} | "
-                       f"{yes('forward')} | {yes('requires_grad')} | {yes('backward')} | {'; '.join(notes)} |")
+                notes.append(
+                    "no derivative: integer/bool outputs take no gradient, a gradient into a float output raises"
+                )
+            yes = lambda stage: "yes" if passed[stage][key] else "no"  # noqa: E731, B023 - used in this iteration
+            out.append(
+                f"| `{key}` | {'yes' if op else 'no'} | {how_decomposed(op.decomposition) if op else '-'} | "
+                f"{yes('forward')} | {yes('requires_grad')} | {yes('backward')} | {'; '.join(notes)} |"
+            )
         return out
 
-    lines += ["", "## Core overloads", "", *rows(core), "", "## Extra overloads (not core-tagged)", "", *rows(extras), ""]
+    lines += [
+        "",
+        "## Core overloads",
+        "",
+        *rows(core),
+        "",
+        "## Extra overloads (not core-tagged)",
+        "",
+        *rows(extras),
+        "",
+    ]
     return "\n".join(lines)
 
 

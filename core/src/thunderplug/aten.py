@@ -31,7 +31,7 @@ from thunder.core import devices, dtypes
 from thunder.core.interpreter import get_interpreterruntimectx
 from thunder.core.langctxs import Languages, langctx
 from thunder.core.prims import OpTags
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.transform_common import NON_FUNCTIONAL_OPS
@@ -373,13 +373,18 @@ def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) ->
 def _derivative_problem(overload: OpOverload, args: tuple, kwargs: dict) -> str | None:
     """Why torch's autograd cannot differentiate ``overload`` here (asked on fakes), or ``None``."""
     fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
-    inputs = [t for t in tree_flatten((fake_args, fake_kwargs))[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    inputs = [
+        t for t in tree_flatten((fake_args, fake_kwargs))[0] if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
     try:
         with fake_mode(), torch.enable_grad():
             for t in inputs:
                 t.requires_grad_(True)
-            outputs = [o for o in tree_flatten(overload(*fake_args, **fake_kwargs))[0]
-                       if isinstance(o, torch.Tensor) and o.requires_grad]
+            outputs = [
+                o
+                for o in tree_flatten(overload(*fake_args, **fake_kwargs))[0]
+                if isinstance(o, torch.Tensor) and o.requires_grad
+            ]
             torch.autograd.grad(outputs, inputs, [torch.ones_like(o) for o in outputs], allow_unused=True)
     except Exception as error:  # noqa: BLE001 - torch's own words are the reason
         return f"{type(error).__name__}: {error}"

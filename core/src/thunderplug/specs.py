@@ -61,8 +61,9 @@ class AtenOp:
 
     ``decomposition`` receives thunder proxies with the overload's own signature and returns what
     the overload returns, built from thunder prims/clang/ltorch calls; it becomes the symbol's
-    subsymbols. ``differentiable=False`` marks ops whose gradient is undefined (integer results,
-    fp8 GEMMs): asking for a gradient through them is an error naming the op.
+    subsymbols. ``differentiable=False`` marks ops without a derivative (comparisons, argmax, fp8
+    GEMMs): as in eager, inputs may require grad and integer/bool outputs simply carry none; a
+    gradient that really flows into a floating-point output is an error naming the op and line.
     """
 
     overload: Any  # torch._ops.OpOverload

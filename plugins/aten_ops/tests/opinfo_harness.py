@@ -62,7 +62,11 @@ class Case:
 
     def errors(self) -> dict[str, str]:
         """Stage -> error, for the stages that failed."""
-        found = {"forward": self.forward_error, "requires_grad": self.requires_grad_error, "backward": self.backward_error}
+        found = {
+            "forward": self.forward_error,
+            "requires_grad": self.requires_grad_error,
+            "backward": self.backward_error,
+        }
         return {stage: error for stage, error in found.items() if error}
 
 
@@ -179,7 +183,8 @@ def run_case(op_id: str, dtype: torch.dtype, index: int = 0) -> Case:
 def _check_backward(case, actual, expected, actual_inputs, expected_inputs, nondeterministic, dtype):
     """Input gradients for one random cotangent per differentiable eager output, thunder vs eager."""
     differentiable = [
-        (a, e) for a, e in zip(tree_flatten(actual)[0], tree_flatten(expected)[0])
+        (a, e)
+        for a, e in zip(tree_flatten(actual)[0], tree_flatten(expected)[0])
         if isinstance(e, torch.Tensor) and e.requires_grad and e.dtype.is_floating_point
     ]
     wrt = [i for i, t in enumerate(expected_inputs) if t.requires_grad]

@@ -19,7 +19,9 @@ def packet_form(x, y):
 
 
 def overload_form(x, y):
-    return aten.clamp.default(aten.div.Tensor(aten.sub.Tensor(x, y, alpha=2), aten.exp.default(y)), -1.0, 1.0), aten.max.dim(x, 1)
+    return aten.clamp.default(
+        aten.div.Tensor(aten.sub.Tensor(x, y, alpha=2), aten.exp.default(y)), -1.0, 1.0
+    ), aten.max.dim(x, 1)
 
 
 def _check(fn, *args):
@@ -54,7 +56,9 @@ def _fp8(*shape):
 def test_scaled_mm_matches_eager_cpu(out_dtype, with_bias):
     a, b = _fp8(16, 32), _fp8(16, 32).t()
     scale_a, scale_b, scale_result = torch.tensor(0.5), torch.tensor(3.0), torch.tensor(2.0)
-    bias = torch.randn(16, dtype=torch.bfloat16 if out_dtype == torch.bfloat16 else torch.float32) if with_bias else None
+    bias = (
+        torch.randn(16, dtype=torch.bfloat16 if out_dtype == torch.bfloat16 else torch.float32) if with_bias else None
+    )
     if out_dtype == torch.float8_e4m3fn and with_bias:
         bias = bias.to(torch.bfloat16)
 
@@ -80,5 +84,7 @@ def test_gradient_through_non_differentiable_op_names_it():
 
     scale_a = torch.tensor(0.5, requires_grad=True)
     jitted = thunder.jit(fn, executors=thunderplug.discover())
-    with pytest.raises(NotDifferentiableError, match=r"torch\.ops\.aten\._scaled_mm\.default has no derivative.*test_call_forms\.py"):
+    with pytest.raises(
+        NotDifferentiableError, match=r"torch\.ops\.aten\._scaled_mm\.default has no derivative.*test_call_forms\.py"
+    ):
         jitted(_fp8(8, 16), _fp8(8, 16).t(), scale_a).sum().backward()

@@ -132,26 +132,56 @@ def _cases(dtype):
     return {
         "gelu": (_gelu, [r(4, 16, 32)], ["eager_gelu", "eager_gelu_backward"]),
         "gelu_tanh": (_gelu_tanh, [r(4, 16, 32)], ["eager_gelu", "eager_gelu_backward"]),
-        "layer_norm": (_layer_norm, [r(4, 16, 32), r(32), r(32)],
-                       ["eager_native_layer_norm", "eager_native_layer_norm_backward"]),
-        "layer_norm_no_affine": (_layer_norm_no_affine, [r(4, 16, 32)],
-                                 ["eager_native_layer_norm", "eager_native_layer_norm_backward"]),
+        "layer_norm": (
+            _layer_norm,
+            [r(4, 16, 32), r(32), r(32)],
+            ["eager_native_layer_norm", "eager_native_layer_norm_backward"],
+        ),
+        "layer_norm_no_affine": (
+            _layer_norm_no_affine,
+            [r(4, 16, 32)],
+            ["eager_native_layer_norm", "eager_native_layer_norm_backward"],
+        ),
         "softmax": (_softmax, [r(4, 16, 32)], ["eager_softmax", "eager_softmax_backward_data"]),
         "softmax_dim1": (_softmax_dim1, [r(4, 16, 32)], ["eager_softmax", "eager_softmax_backward_data"]),
         "log_softmax": (_log_softmax, [r(4, 16, 32)], ["eager_log_softmax", "eager_log_softmax_backward_data"]),
-        "cross_entropy": (_cross_entropy, [r(24, 10), target],
-                          ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
-                           "eager_log_softmax_backward_data"]),
-        "cross_entropy_sum_ignore": (_cross_entropy_sum_ignore, [r(24, 10), target],
-                                     ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
-                                      "eager_log_softmax_backward_data"]),
-        "cross_entropy_none_weight": (_cross_entropy_none_weight, [r(24, 10), target, Frozen(r(10).abs())],
-                                      ["eager_log_softmax", "eager_nll_loss_forward", "eager_nll_loss_backward",
-                                       "eager_log_softmax_backward_data"]),
+        "cross_entropy": (
+            _cross_entropy,
+            [r(24, 10), target],
+            [
+                "eager_log_softmax",
+                "eager_nll_loss_forward",
+                "eager_nll_loss_backward",
+                "eager_log_softmax_backward_data",
+            ],
+        ),
+        "cross_entropy_sum_ignore": (
+            _cross_entropy_sum_ignore,
+            [r(24, 10), target],
+            [
+                "eager_log_softmax",
+                "eager_nll_loss_forward",
+                "eager_nll_loss_backward",
+                "eager_log_softmax_backward_data",
+            ],
+        ),
+        "cross_entropy_none_weight": (
+            _cross_entropy_none_weight,
+            [r(24, 10), target, Frozen(r(10).abs())],
+            [
+                "eager_log_softmax",
+                "eager_nll_loss_forward",
+                "eager_nll_loss_backward",
+                "eager_log_softmax_backward_data",
+            ],
+        ),
         "sdpa_causal": (_sdpa_causal, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
         "sdpa_scaled": (_sdpa_scaled, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
-        "sdpa_strided": (_sdpa_strided, [r(2, 16, 3, 8) for _ in range(3)],
-                         ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
+        "sdpa_strided": (
+            _sdpa_strided,
+            [r(2, 16, 3, 8) for _ in range(3)],
+            ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"],
+        ),
     }
 
 

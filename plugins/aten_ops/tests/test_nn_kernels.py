@@ -23,7 +23,11 @@ def _check(fn, *args, grads=True):
     torch.testing.assert_close(actual, expected)
     if not grads:
         return
-    flat = lambda out: [x for x in (out if isinstance(out, (tuple, list)) else [out]) if x is not None and x.is_floating_point()]  # noqa: E731
+
+    def flat(out):
+        values = out if isinstance(out, (tuple, list)) else [out]
+        return [x for x in values if x is not None and x.is_floating_point()]
+
     e_out, a_out = flat(expected), flat(actual)
     generator = torch.Generator().manual_seed(0)
     cotangents = [torch.randn(x.shape, dtype=x.dtype, generator=generator) for x in e_out]
@@ -34,7 +38,13 @@ def _check(fn, *args, grads=True):
 
 
 MASKS = ([True, True, True], [True, False, False], [False, True, True])
-CONV = [(1, 0, 1, 0, 1), (2, 1, 1, 1, 1), (3, 2, 2, 0, 2), (2, 0, 1, 1, 2), (1, 3, 1, 0, 1)]  # stride, pad, dil, out_pad, groups
+CONV = [
+    (1, 0, 1, 0, 1),
+    (2, 1, 1, 1, 1),
+    (3, 2, 2, 0, 2),
+    (2, 0, 1, 1, 2),
+    (1, 3, 1, 0, 1),
+]  # stride, pad, dil, out_pad, groups
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])
@@ -59,12 +69,23 @@ def test_convolution_backward(transposed, nd, stride, padding, dilation, output_
     OP = [output_padding] * nd if transposed else [0] * nd
     w = torch.randn(((4, 6 // groups) if transposed else (6, 4 // groups)) + (3,) * nd, dtype=D)
     gy = torch.randn_like(aten.convolution.default(x, w, None, S, P, DL, transposed, OP, groups))
-    mask = MASKS[(nd + CONV.index((stride, padding, dilation, output_padding, groups))) % len(MASKS)]  # all masks, rotated
-    _check(lambda gy, x, w: aten.convolution_backward.default(gy, x, w, [6], S, P, DL, transposed, OP, groups, mask), gy, x, w)
+    mask = MASKS[
+        (nd + CONV.index((stride, padding, dilation, output_padding, groups))) % len(MASKS)
+    ]  # all masks, rotated
+    _check(
+        lambda gy, x, w: aten.convolution_backward.default(gy, x, w, [6], S, P, DL, transposed, OP, groups, mask),
+        gy,
+        x,
+        w,
+    )
 
 
-POOL = [(3, 2, 1, True, False, None), (3, 1, 1, False, False, 2), ((3, 2), (2, 3), (1, 0), True, True, None),
-        (4, 3, 2, True, False, None)]
+POOL = [
+    (3, 2, 1, True, False, None),
+    (3, 1, 1, False, False, 2),
+    ((3, 2), (2, 3), (1, 0), True, True, None),
+    (4, 3, 2, True, False, None),
+]
 
 
 @pytest.mark.parametrize("kernel,stride,padding,ceil_mode,count_include_pad,divisor", POOL)
@@ -81,7 +102,13 @@ def test_pooling_and_backward_kernels(kernel, stride, padding, ceil_mode, count_
         _check(lambda x: aten.avg_pool1d.default(x[0], *args[:-1]), x)
     y, indices = aten.max_pool2d_with_indices.default(x, kernel, stride, padding, 1, ceil_mode)
     g = torch.randn_like(y)
-    _check(lambda g, x: aten.max_pool2d_with_indices_backward.default(g, x, kernel, stride, padding, 1, ceil_mode, indices), g, x)
+    _check(
+        lambda g, x: aten.max_pool2d_with_indices_backward.default(
+            g, x, kernel, stride, padding, 1, ceil_mode, indices
+        ),
+        g,
+        x,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -97,14 +124,40 @@ def test_norm_backward_kernels(dtype, affine):
     y, mean, rstd = aten.native_layer_norm.default(x, [4, 5], w, b, 1e-5)
     g = torch.randn_like(y)
     for mask in MASKS if affine else MASKS[1:2]:  # eager needs a weight for grad_weight/grad_bias
-        _check(lambda g, *wb: aten.native_layer_norm_backward.default(g, x, [4, 5], mean, rstd, *(wb or (None, None)), mask),
-               g, *([w, b] if affine else []))
+        _check(
+            lambda g, *wb: aten.native_layer_norm_backward.default(
+                g,
+                x,
+                [4, 5],
+                mean,
+                rstd,
+                *(wb or (None, None)),
+                mask,  # noqa: B023 - called right here
+            ),
+            g,
+            *([w, b] if affine else []),
+        )
     wc, bc = (torch.randn(6, dtype=dtype), torch.randn(6, dtype=dtype)) if affine else (None, None)
     y, mean, rstd = aten.native_group_norm.default(x, wc, bc, 2, 6, 20, 3, 1e-5)
     g = torch.randn_like(y)
     for mask in MASKS if affine else MASKS[1:2]:
-        _check(lambda g, *w_: aten.native_group_norm_backward.default(g, x, mean, rstd, w_[0] if w_ else None, 2, 6, 20, 3, mask),
-               g, *([wc] if affine else []), grads=False)  # eager has no derivative for native_group_norm_backward
+        _check(
+            lambda g, *w_: aten.native_group_norm_backward.default(
+                g,
+                x,
+                mean,
+                rstd,
+                w_[0] if w_ else None,
+                2,
+                6,
+                20,
+                3,
+                mask,  # noqa: B023 - called right here
+            ),
+            g,
+            *([wc] if affine else []),
+            grads=False,
+        )  # eager has no derivative for native_group_norm_backward
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -118,7 +171,18 @@ def test_embedding_bag(dtype, mode, padding_idx, include_last_offset):
     w = torch.randn(10, 3, dtype=dtype)
     indices = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
     offsets = torch.tensor([0, 4, 4, 7, 10] if include_last_offset else [0, 4, 4, 7])
-    _check(lambda w: aten._embedding_bag.default(w, indices, offsets, False, mode, False, None, include_last_offset, padding_idx), w)
+    _check(
+        lambda w: aten._embedding_bag.default(
+            w, indices, offsets, False, mode, False, None, include_last_offset, padding_idx
+        ),
+        w,
+    )
     if mode == 0:
         psw = torch.randn(10, dtype=dtype)
-        _check(lambda w, p: aten._embedding_bag.default(w, indices, offsets, False, 0, False, p, include_last_offset, padding_idx), w, psw)
+        _check(
+            lambda w, p: aten._embedding_bag.default(
+                w, indices, offsets, False, 0, False, p, include_last_offset, padding_idx
+            ),
+            w,
+            psw,
+        )

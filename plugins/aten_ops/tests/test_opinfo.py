@@ -23,7 +23,6 @@ import zlib
 
 import pytest
 import torch
-
 from opinfo_harness import DTYPES, opinfo_id, opinfos, run_case
 
 #: (OpInfo, stage) -> reason; strict, so a fix shows up as XPASS

@@ -50,8 +50,12 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 def full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return ltorch.full(tuple(a.shape), fill_value, device=_device(device) if device is not None else a.device,
-                       dtype=dtypes.to_dtype(dtype) if dtype is not None else a.dtype)
+    return ltorch.full(
+        tuple(a.shape),
+        fill_value,
+        device=_device(device) if device is not None else a.device,
+        dtype=dtypes.to_dtype(dtype) if dtype is not None else a.dtype,
+    )
 
 
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -67,8 +71,11 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def empty_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return ltorch.empty(tuple(a.shape), device=_device(device) if device is not None else a.device,
-                        dtype=dtypes.to_dtype(dtype) if dtype is not None else a.dtype)
+    return ltorch.empty(
+        tuple(a.shape),
+        device=_device(device) if device is not None else a.device,
+        dtype=dtypes.to_dtype(dtype) if dtype is not None else a.dtype,
+    )
 
 
 def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):

@@ -39,6 +39,8 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
 
+from thunderplug.thunder_compat import ltorch_private
+
 EXECUTOR_NAME = "eager_kernels"
 aten = torch.ops.aten
 
@@ -199,7 +201,14 @@ class _Kernels:
 
     @staticmethod
     def cross_entropy_checker(
-        a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        a,
+        /,
+        target,
+        weight=None,
+        size_average=None,
+        ignore_index=-100,
+        reduce=None,
+        reduction="mean",
         label_smoothing=0.0,
     ) -> bool:
         return (
@@ -217,14 +226,30 @@ class _Kernels:
         )
 
     def cross_entropy_execute(
-        self, a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        self,
+        a,
+        /,
+        target,
+        weight=None,
+        size_average=None,
+        ignore_index=-100,
+        reduce=None,
+        reduction="mean",
         label_smoothing=0.0,
     ):
         logp = self.log_softmax(a, a.ndim - 1, False)
         return self.nll_loss(logp, target, weight, _REDUCTIONS[reduction], ignore_index)[0]
 
     def cross_entropy_grad(
-        self, a, /, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+        self,
+        a,
+        /,
+        target,
+        weight=None,
+        size_average=None,
+        ignore_index=-100,
+        reduce=None,
+        reduction="mean",
         label_smoothing=0.0,
     ):
         dim, code = a.ndim - 1, _REDUCTIONS[reduction]
@@ -275,7 +300,7 @@ def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
 _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.gelu: ("gelu_checker", "gelu_execute", "gelu_grad"),
     ltorch.layer_norm: ("layer_norm_checker", "layer_norm_execute", "layer_norm_grad"),
-    ltorch._softmax: ("softmax_checker", "softmax_execute", "softmax_grad"),
+    ltorch_private("_softmax"): ("softmax_checker", "softmax_execute", "softmax_grad"),
     ltorch.log_softmax: ("softmax_checker", "log_softmax_execute", "log_softmax_grad"),
     ltorch.cross_entropy: ("cross_entropy_checker", "cross_entropy_execute", "cross_entropy_grad"),
     ltorch.scaled_dot_product_attention: ("sdpa_checker", "sdpa_execute", "sdpa_grad"),

@@ -37,7 +37,13 @@ def div_mode(a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return div(a, b)
     if rounding_mode == "trunc":
-        return elementwise(lambda x, y: trunc(prims.div(x, y)) if dtypes.is_inexact_dtype(x.dtype) else ltorch.div(x, y, rounding_mode="trunc"), a, b)
+        return elementwise(
+            lambda x, y: (
+                trunc(prims.div(x, y)) if dtypes.is_inexact_dtype(x.dtype) else ltorch.div(x, y, rounding_mode="trunc")
+            ),
+            a,
+            b,
+        )
     return elementwise(lambda x, y: ltorch.div(x, y, rounding_mode=rounding_mode), a, b)
 
 
@@ -97,15 +103,25 @@ def _binary(prim, kind=DEFAULT):
     return decomposition
 
 
-#: binary overloads that are one prim (or clang op) after broadcasting: (packet name, overloads, prim, kind, differentiable)
+#: binary overloads that are one prim (or clang op) after broadcasting:
+#: (packet name, overloads, prim, kind, differentiable)
 _BINARY = (
     ("fmod", ("Tensor", "Scalar"), prims.fmod, DEFAULT, True),
     ("remainder", ("Tensor", "Scalar"), _remainder, DEFAULT, True),
     ("maximum", ("default",), prims.maximum, DEFAULT, True),
     ("minimum", ("default",), _minimum, DEFAULT, True),
-    *((name, ("Tensor", "Scalar"), getattr(prims, name), DEFAULT, False) for name in ("bitwise_and", "bitwise_or", "bitwise_xor")),
-    *((name, ("Tensor", "Scalar"), getattr(prims, name), ALWAYS_BOOL, False) for name in ("eq", "ne", "lt", "le", "gt", "ge")),
-    *((name, ("default",), getattr(clang, name), ALWAYS_BOOL, False) for name in ("logical_and", "logical_or", "logical_xor")),
+    *(
+        (name, ("Tensor", "Scalar"), getattr(prims, name), DEFAULT, False)
+        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
+    ),
+    *(
+        (name, ("Tensor", "Scalar"), getattr(prims, name), ALWAYS_BOOL, False)
+        for name in ("eq", "ne", "lt", "le", "gt", "ge")
+    ),
+    *(
+        (name, ("default",), getattr(clang, name), ALWAYS_BOOL, False)
+        for name in ("logical_and", "logical_or", "logical_xor")
+    ),
 )
 
 
@@ -152,7 +168,10 @@ def elu(a, alpha=1, scale=1, input_scale=1):
 def fill(a, value):
     if isinstance(value, (int, float, bool, complex)) or not hasattr(value, "shape"):
         return ltorch.full_like(a, value)
-    utils.check(value.ndim == 0, lambda: f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
+    utils.check(
+        value.ndim == 0,
+        lambda: f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.",
+    )
     return clang.expand(clang.maybe_convert_to_dtype(value, a.dtype), a.shape)
 
 

@@ -69,7 +69,7 @@ def forward_to(overload: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
         kwargs = dict(kwargs)
-        full = list(args) + [default(a, kwargs) for a in positional[len(args):]]
+        full = list(args) + [default(a, kwargs) for a in positional[len(args) :]]
         by_name = {a.name: default(a, kwargs) for a in keyword_only}
         if kwargs:
             raise TypeError(f"{overload}: unexpected arguments {sorted(kwargs)}")
@@ -84,5 +84,8 @@ def ops() -> tuple[AtenOp, ...]:
     """The table's overloads as AtenOps."""
     return (
         *(AtenOp(overload, forward_to(overload, fn)) for overload, fn in _FORWARDS),
-        *(AtenOp(overload, forward_to(overload, fn), differentiable=False) for overload, fn in _FORWARDS_NOT_DIFFERENTIABLE),
+        *(
+            AtenOp(overload, forward_to(overload, fn), differentiable=False)
+            for overload, fn in _FORWARDS_NOT_DIFFERENTIABLE
+        ),
     )

@@ -20,5 +20,11 @@ def register_executors(register) -> None:
     register(ExecutorSpec("aten", build_executor, Priority.DIRECT, "runs ATen symbols as the overloads themselves"))
     from thunderplug_aten_ops import eager_kernels
 
-    register(ExecutorSpec(eager_kernels.EXECUTOR_NAME, eager_kernels.build_executor, Priority.BEFORE_AUTODIFF,
-                          "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/SDPA"))
+    register(
+        ExecutorSpec(
+            eager_kernels.EXECUTOR_NAME,
+            eager_kernels.build_executor,
+            Priority.BEFORE_AUTODIFF,
+            "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/SDPA",
+        )
+    )

@@ -37,13 +37,17 @@ _FP8_OUT = (dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dt
 
 def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     """ATen's CPU path: fp32 upcast times per-tensor scales, matmul, + bias, / scale_result (fp8 outputs only)."""
-    utils.check(a.ndim == 2 and b.ndim == 2, lambda: f"Inputs must be 2D but got self.dim()={a.ndim} and mat2.dim()={b.ndim}")
+    utils.check(
+        a.ndim == 2 and b.ndim == 2, lambda: f"Inputs must be 2D but got self.dim()={a.ndim} and mat2.dim()={b.ndim}"
+    )
     out_dtype = a.dtype if out_dtype is None else dtypes.to_dtype(out_dtype)
 
     def scalar(scale):
         return clang.maybe_convert_to_dtype(ltorch.reshape(scale, [1, 1]), dtypes.float32)
 
-    result = prims.matmul(clang.maybe_convert_to_dtype(a, dtypes.float32), clang.maybe_convert_to_dtype(b, dtypes.float32))
+    result = prims.matmul(
+        clang.maybe_convert_to_dtype(a, dtypes.float32), clang.maybe_convert_to_dtype(b, dtypes.float32)
+    )
     result = elementwise(prims.mul, elementwise(prims.mul, result, scalar(scale_a)), scalar(scale_b))
     if bias is not None:
         result = elementwise(prims.add, result, clang.maybe_convert_to_dtype(bias, dtypes.float32))
@@ -53,8 +57,12 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=No
     return clang.maybe_convert_to_dtype(result, out_dtype)
 
 
-_CDIST_MODES = {None: "use_mm_for_euclid_dist_if_necessary", 0: "use_mm_for_euclid_dist_if_necessary",
-                1: "use_mm_for_euclid_dist", 2: "donot_use_mm_for_euclid_dist"}
+_CDIST_MODES = {
+    None: "use_mm_for_euclid_dist_if_necessary",
+    0: "use_mm_for_euclid_dist_if_necessary",
+    1: "use_mm_for_euclid_dist",
+    2: "donot_use_mm_for_euclid_dist",
+}
 
 
 def cdist(x1, x2, p, compute_mode=None):

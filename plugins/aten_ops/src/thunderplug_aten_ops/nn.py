@@ -35,7 +35,8 @@ def _transposed_convolution(a, weight, bias, stride, padding, dilation, output_p
     stride, padding, dilation, output_padding = (_per_dim(v, nd) for v in (stride, padding, dilation, output_padding))
     kernel = tuple(weight.shape[2:])
     config = [(0, 0, 0)] * (a.ndim - nd) + [
-        (d * (k - 1) - p, d * (k - 1) - p + op, s - 1) for k, s, p, d, op in zip(kernel, stride, padding, dilation, output_padding)
+        (d * (k - 1) - p, d * (k - 1) - p + op, s - 1)
+        for k, s, p, d, op in zip(kernel, stride, padding, dilation, output_padding)
     ]
     x = prims.pad(a, _zero(a.dtype), config)
     c_in, c_out_per_group = weight.shape[0], weight.shape[1]
@@ -61,13 +62,17 @@ def _regular_convolution_backward(grad, a, weight, stride, padding, dilation, gr
     gin_channels, kernel = weight.shape[1], list(weight.shape[2:])
     out_spatial = list(grad.shape[2:])
     # input grad: the adjoint, with output_padding making the result exactly the input's size
-    output_padding = [i - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
-                      for i, o, s, p, d, k in zip(spatial, out_spatial, stride, padding, dilation, kernel)]
+    output_padding = [
+        i - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
+        for i, o, s, p, d, k in zip(spatial, out_spatial, stride, padding, dilation, kernel)
+    ]
     grad_input = _transposed_convolution(grad, weight, None, stride, padding, dilation, output_padding, groups)
     # weight grad: a convolution of the (padded) input with the output grad as kernel, groups moved
     # into the batch; stride and dilation swap roles
-    config = [(0, 0, 0), (0, 0, 0)] + [(p, (o - 1) * s + d * (k - 1) + 1 - (i + p), 0)
-                                       for o, i, k, p, s, d in zip(out_spatial, spatial, kernel, padding, stride, dilation)]
+    config = [(0, 0, 0), (0, 0, 0)] + [
+        (p, (o - 1) * s + d * (k - 1) + 1 - (i + p), 0)
+        for o, i, k, p, s, d in zip(out_spatial, spatial, kernel, padding, stride, dilation)
+    ]
     x = prims.pad(a, _zero(a.dtype), config)
     x_spatial = list(x.shape[2:])
     x = ltorch.transpose(x, 0, 1)  # (C_in, N, ...)
@@ -78,12 +83,16 @@ def _regular_convolution_backward(grad, a, weight, stride, padding, dilation, gr
     return grad_input, ltorch.transpose(grad_weight, 0, 1)
 
 
-def convolution_backward(grad, a, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+def convolution_backward(
+    grad, a, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
     """Regular: thunder's grad rule of prims.convolution. Transposed (the adjoint ``T_w`` of the
     regular convolution ``C_w``): the input grad is ``C_w(grad)``, and since
     ``<T_w(x), g> = <x, C_w(g)>`` the weight grad is that of ``C_w`` at input ``g``, output grad ``x``."""
     if transposed:
-        grad_input = ltorch.convolution(grad, weight, None, stride, padding, dilation, False, [0] * (weight.ndim - 2), groups)
+        grad_input = ltorch.convolution(
+            grad, weight, None, stride, padding, dilation, False, [0] * (weight.ndim - 2), groups
+        )
         _, grad_weight = _regular_convolution_backward(a, grad, weight, stride, padding, dilation, groups)
     else:
         grad_input, grad_weight = _regular_convolution_backward(grad, a, weight, stride, padding, dilation, groups)
@@ -117,16 +126,22 @@ def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
         out = elementwise(prims.mul, out, ltorch.reshape(weight, channel_shape))
     if bias is not None:
         out = elementwise(prims.add, out, ltorch.reshape(bias, channel_shape))
-    return (clang.maybe_convert_to_dtype(out, a.dtype), clang.maybe_convert_to_dtype(ltorch.reshape(mean, (N, group)), a.dtype),
-            clang.maybe_convert_to_dtype(ltorch.reshape(rstd, (N, group)), a.dtype))
+    return (
+        clang.maybe_convert_to_dtype(out, a.dtype),
+        clang.maybe_convert_to_dtype(ltorch.reshape(mean, (N, group)), a.dtype),
+        clang.maybe_convert_to_dtype(ltorch.reshape(rstd, (N, group)), a.dtype),
+    )
 
 
 def _normalization_input_grad(g, x_hat, rstd, dims, count):
     """``rstd / n * (n * g - sum(g) - x_hat * sum(g * x_hat))`` over the normalized ``dims``."""
     sum_g = ltorch.sum(g, dims, keepdim=True)
     sum_gx = ltorch.sum(elementwise(prims.mul, g, x_hat), dims, keepdim=True)
-    inner = elementwise(prims.sub, elementwise(prims.sub, elementwise(prims.mul, g, count), sum_g),
-                        elementwise(prims.mul, x_hat, sum_gx))
+    inner = elementwise(
+        prims.sub,
+        elementwise(prims.sub, elementwise(prims.mul, g, count), sum_g),
+        elementwise(prims.mul, x_hat, sum_gx),
+    )
     return elementwise(prims.mul, elementwise(prims.div, rstd, count), inner)
 
 
@@ -142,7 +157,8 @@ def native_layer_norm_backward(grad, a, normalized_shape, mean, rstd, weight, bi
     if output_mask[0]:
         gw = g if weight is None else elementwise(prims.mul, g, clang.maybe_convert_to_dtype(weight, computation_dtype))
         grad_input = clang.maybe_convert_to_dtype(
-            _normalization_input_grad(gw, x_hat, rstd, inner, math.prod(normalized_shape)), a.dtype)
+            _normalization_input_grad(gw, x_hat, rstd, inner, math.prod(normalized_shape)), a.dtype
+        )
     if output_mask[1] and weight is not None:
         grad_weight = clang.maybe_convert_to_dtype(ltorch.sum(elementwise(prims.mul, g, x_hat), outer), weight.dtype)
     if output_mask[2] and bias is not None:
@@ -155,7 +171,9 @@ def native_group_norm_backward(grad, a, mean, rstd, weight, N, C, HxW, group, ou
     computation_dtype = utils.get_computation_dtype(a.dtype)
     shape = (N, group, C // group, HxW)
     x, g = (clang.maybe_convert_to_dtype(ltorch.reshape(t, shape), computation_dtype) for t in (a, grad))
-    mean, rstd = (clang.maybe_convert_to_dtype(ltorch.reshape(t, (N, group, 1, 1)), computation_dtype) for t in (mean, rstd))
+    mean, rstd = (
+        clang.maybe_convert_to_dtype(ltorch.reshape(t, (N, group, 1, 1)), computation_dtype) for t in (mean, rstd)
+    )
     x_hat = elementwise(prims.mul, elementwise(prims.sub, x, mean), rstd)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
@@ -164,10 +182,15 @@ def native_group_norm_backward(grad, a, mean, rstd, weight, N, C, HxW, group, ou
             w = ltorch.reshape(clang.maybe_convert_to_dtype(weight, computation_dtype), (1, group, C // group, 1))
             gw = elementwise(prims.mul, g, w)
         grad_input = ltorch.reshape(
-            clang.maybe_convert_to_dtype(_normalization_input_grad(gw, x_hat, rstd, [2, 3], (C // group) * HxW), a.dtype), a.shape)
+            clang.maybe_convert_to_dtype(
+                _normalization_input_grad(gw, x_hat, rstd, [2, 3], (C // group) * HxW), a.dtype
+            ),
+            a.shape,
+        )
     if output_mask[1]:
         grad_weight = clang.maybe_convert_to_dtype(
-            ltorch.reshape(ltorch.sum(elementwise(prims.mul, g, x_hat), [0, 3]), (C,)), a.dtype)
+            ltorch.reshape(ltorch.sum(elementwise(prims.mul, g, x_hat), [0, 3]), (C,)), a.dtype
+        )
     if output_mask[2]:
         grad_bias = clang.maybe_convert_to_dtype(ltorch.reshape(ltorch.sum(g, [0, 3]), (C,)), a.dtype)
     return grad_input, grad_weight, grad_bias
@@ -187,7 +210,9 @@ def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, 
         mean = clang.maybe_convert_to_dtype(running_mean, computation_dtype)
         rstd = ltorch.rsqrt(elementwise(prims.add, clang.maybe_convert_to_dtype(running_var, computation_dtype), eps))
         saved = tuple(ltorch.empty((0,), device=a.device, dtype=a.dtype) for _ in range(2))
-    out = elementwise(prims.mul, elementwise(prims.sub, x, ltorch.reshape(mean, channel_shape)), ltorch.reshape(rstd, channel_shape))
+    out = elementwise(
+        prims.mul, elementwise(prims.sub, x, ltorch.reshape(mean, channel_shape)), ltorch.reshape(rstd, channel_shape)
+    )
     if weight is not None:
         out = elementwise(prims.mul, out, ltorch.reshape(weight, channel_shape))
     if bias is not None:
@@ -222,7 +247,7 @@ def _max_pool_with_indices(a, nd, kernel_size, stride, padding, dilation, ceil_m
     kernel = _per_dim(kernel_size, nd)
     stride = _per_dim(stride, nd) if stride else kernel
     padding, dilation = _per_dim(padding, nd), _per_dim(dilation, nd)
-    spatial = list(a.shape[a.ndim - nd:])
+    spatial = list(a.shape[a.ndim - nd :])
     outs = [_pool_output_size(*args, ceil_mode) for args in zip(spatial, kernel, stride, padding, dilation)]
     low = -math.inf if dtypes.is_inexact_dtype(a.dtype) else -(2**63) if a.dtype == dtypes.int64 else -(2**31)
     pads = []
@@ -233,9 +258,11 @@ def _max_pool_with_indices(a, nd, kernel_size, stride, padding, dilation, ceil_m
     first = a.ndim - nd
     for i, (k, s, d, o) in enumerate(zip(kernel, stride, dilation, outs)):
         # windows by gathering (thunder 0.2.6 has no gradient rule for prims.unfold): dim -> (o, k)
-        positions = ltorch.tensor([w * s + j * d for w in range(o) for j in range(k)], device=a.device, dtype=dtypes.int64)
+        positions = ltorch.tensor(
+            [w * s + j * d for w in range(o) for j in range(k)], device=a.device, dtype=dtypes.int64
+        )
         x = clang.take(x, positions, first + i)
-        x = ltorch.reshape(x, tuple(x.shape[: first + i]) + (o, k) + tuple(x.shape[first + i + 1:]))
+        x = ltorch.reshape(x, tuple(x.shape[: first + i]) + (o, k) + tuple(x.shape[first + i + 1 :]))
         x = ltorch.movedim(x, first + i + 1, -1)
     windows = ltorch.reshape(x, tuple(x.shape[: first + nd]) + (-1,))
     where = ltorch.argmax(windows, -1, True)
@@ -243,11 +270,16 @@ def _max_pool_with_indices(a, nd, kernel_size, stride, padding, dilation, ceil_m
     where = ltorch.squeeze(where, -1)
     flat, plane = None, 1
     for i in reversed(range(nd)):
-        offset = elementwise(prims.remainder, ltorch.div(where, math.prod(kernel[i + 1:]), rounding_mode="floor"), kernel[i])
+        offset = elementwise(
+            prims.remainder, ltorch.div(where, math.prod(kernel[i + 1 :]), rounding_mode="floor"), kernel[i]
+        )
         origin = ltorch.arange(0, outs[i], 1, device=a.device, dtype=dtypes.int64)
         origin = ltorch.reshape(origin, (outs[i],) + (1,) * (nd - 1 - i))
-        position = elementwise(prims.add, elementwise(prims.mul, offset, dilation[i]),
-                               elementwise(prims.sub, elementwise(prims.mul, origin, stride[i]), padding[i]))
+        position = elementwise(
+            prims.add,
+            elementwise(prims.mul, offset, dilation[i]),
+            elementwise(prims.sub, elementwise(prims.mul, origin, stride[i]), padding[i]),
+        )
         term = elementwise(prims.mul, position, plane)
         flat = term if flat is None else elementwise(prims.add, flat, term)
         plane *= spatial[i]
@@ -270,7 +302,7 @@ def _avg_pool_geometry(a, nd, kernel_size, stride, padding, ceil_mode, count_inc
     stride = _per_dim(stride, nd) if stride else kernel
     padding = _per_dim(padding, nd)
     dims = []
-    for size, k, s, p in zip(a.shape[a.ndim - nd:], kernel, stride, padding):
+    for size, k, s, p in zip(a.shape[a.ndim - nd :], kernel, stride, padding):
         out = _pool_output_size(size, k, s, p, 1, ceil_mode)
         high = max((out - 1) * s + k - size - p, 0)
         divisors = []
@@ -294,7 +326,7 @@ def _divisor(a, nd, dims, divisor_override):
 
 def _as_planes(a, nd):
     """(N*C, 1, *spatial) so that pooling is a single-channel convolution."""
-    return ltorch.reshape(a, (-1, 1) + tuple(a.shape[a.ndim - nd:]))
+    return ltorch.reshape(a, (-1, 1) + tuple(a.shape[a.ndim - nd :]))
 
 
 def _avg_pool(a, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
@@ -315,8 +347,10 @@ def _avg_pool_backward(grad, a, nd, kernel_size, stride, padding, ceil_mode, cou
     g = elementwise(prims.div, _as_planes(grad, nd), _divisor(a, nd, dims, divisor_override))
     ones = ltorch.full((1, 1) + tuple(k for k, *_ in dims), 1, device=a.device, dtype=a.dtype)
     x = _transposed_convolution(g, ones, None, [s for _, s, *_ in dims], [0] * nd, [1] * nd, [0] * nd, 1)
-    spatial = a.shape[a.ndim - nd:]
-    config = [(0, 0, 0)] * 2 + [(-p, size + p - length, 0) for (_, _, p, *_), size, length in zip(dims, spatial, x.shape[2:])]
+    spatial = a.shape[a.ndim - nd :]
+    config = [(0, 0, 0)] * 2 + [
+        (-p, size + p - length, 0) for (_, _, p, *_), size, length in zip(dims, spatial, x.shape[2:])
+    ]
     return ltorch.reshape(prims.pad(x, _zero(a.dtype), config), a.shape)
 
 
@@ -377,67 +411,111 @@ def adaptive_avg_pool3d(a, output_size):
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return ltorch.embedding(indices, weight, None if padding_idx == -1 else padding_idx, None, 2.0, scale_grad_by_freq, sparse)
+    return ltorch.embedding(
+        indices, weight, None if padding_idx == -1 else padding_idx, None, 2.0, scale_grad_by_freq, sparse
+    )
 
 
 def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
     return ltorch.embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq, False)
 
 
-def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
-                  include_last_offset=False, padding_idx=-1):
-    """Rows gathered with ``embedding`` (its gradient, with the zero gradient of padding_idx), padding rows dropped, then per bag: a scatter-add (sum, mean) or the
+def embedding_bag(
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
+    """Rows gathered with ``embedding`` (its gradient, with the zero gradient of padding_idx), padding
+    rows dropped, then per bag: a scatter-add (sum, mean) or the
     row at the argmax (max; so the gradient goes to ATen's max_indices). The auxiliary outputs
     follow ATen's CPU layouts: offset2bag (bag of each index; empty on the float32 sum fast path),
     bag_size (non-padding count; zeros for sum) and max_indices (row index per bag and column for
     max, bag_size for mean, zeros for sum)."""
-    utils.check(not sparse, lambda: "_embedding_bag: sparse=True (sparse gradients) is not supported", NotImplementedError)
+    utils.check(
+        not sparse, lambda: "_embedding_bag: sparse=True (sparse gradients) is not supported", NotImplementedError
+    )
     # thunder's embedding gradient with scale_grad_by_freq disagrees with ATen's embedding_bag backward
-    utils.check(not scale_grad_by_freq, lambda: "_embedding_bag: scale_grad_by_freq=True is not supported", NotImplementedError)
+    utils.check(
+        not scale_grad_by_freq, lambda: "_embedding_bag: scale_grad_by_freq=True is not supported", NotImplementedError
+    )
     utils.check(indices.ndim == 1 and offsets.ndim == 1, lambda: "_embedding_bag: expected 1-D indices and offsets")
     n, width = indices.shape[0], weight.shape[1]
     num_bags = offsets.shape[0] - (1 if include_last_offset else 0)
     index_dtype = offsets.dtype
     starts = clang.slice_in_dim(offsets, 0, num_bags) if include_last_offset else offsets
     # offset2bag as ATen builds it: ones at the bag starts, cumulative sum (empty bags are skipped)
-    marks = ltorch.scatter_add(ltorch.full((n + 1,), 0, device=indices.device, dtype=index_dtype), 0,
-                               clang.maybe_convert_to_dtype(starts, dtypes.int64),
-                               ltorch.full((num_bags,), 1, device=indices.device, dtype=index_dtype))
+    marks = ltorch.scatter_add(
+        ltorch.full((n + 1,), 0, device=indices.device, dtype=index_dtype),
+        0,
+        clang.maybe_convert_to_dtype(starts, dtypes.int64),
+        ltorch.full((num_bags,), 1, device=indices.device, dtype=index_dtype),
+    )
     bag = elementwise(prims.sub, clang.slice_in_dim(ltorch.cumsum(marks, 0), 0, n), 1)
     bag = clang.maybe_convert_to_dtype(ltorch.clamp(bag, 0, max(num_bags - 1, 0)), dtypes.int64)
-    keep = clang.ne(indices, padding_idx) if padding_idx >= 0 else ltorch.full((n,), True, device=indices.device, dtype=dtypes.bool8)
+    keep = (
+        clang.ne(indices, padding_idx)
+        if padding_idx >= 0
+        else ltorch.full((n,), True, device=indices.device, dtype=dtypes.bool8)
+    )
     rows = ltorch.embedding(indices, weight, padding_idx if padding_idx >= 0 else None, None, 2.0, False, False)
     if per_sample_weights is not None:
         rows = elementwise(prims.mul, rows, ltorch.unsqueeze(per_sample_weights, 1))
     rows = ltorch.where(ltorch.unsqueeze(keep, 1), rows, 0)
-    bag_size = ltorch.scatter_add(ltorch.full((num_bags,), 0, device=indices.device, dtype=index_dtype), 0, bag,
-                                  clang.maybe_convert_to_dtype(keep, index_dtype))
+    bag_size = ltorch.scatter_add(
+        ltorch.full((num_bags,), 0, device=indices.device, dtype=index_dtype),
+        0,
+        bag,
+        clang.maybe_convert_to_dtype(keep, index_dtype),
+    )
     zeros = ltorch.full((num_bags,), 0, device=indices.device, dtype=index_dtype)
     if mode == 2:
         member = ltorch.logical_and(
-            clang.eq(ltorch.unsqueeze(bag, 0), ltorch.unsqueeze(ltorch.arange(0, num_bags, 1, device=indices.device, dtype=dtypes.int64), 1)),
-            ltorch.unsqueeze(keep, 0))  # (bags, n)
+            clang.eq(
+                ltorch.unsqueeze(bag, 0),
+                ltorch.unsqueeze(ltorch.arange(0, num_bags, 1, device=indices.device, dtype=dtypes.int64), 1),
+            ),
+            ltorch.unsqueeze(keep, 0),
+        )  # (bags, n)
         candidates = ltorch.where(ltorch.unsqueeze(member, 2), ltorch.unsqueeze(rows, 0), -math.inf)  # (bags, n, width)
         position = ltorch.argmax(candidates, 1)  # (bags, width): first maximum
         nonempty = ltorch.unsqueeze(clang.gt(bag_size, 0), 1)
-        max_indices = ltorch.where(nonempty, ltorch.reshape(clang.take(indices, ltorch.reshape(position, (-1,)), 0), (num_bags, width)), 0)
+        max_indices = ltorch.where(
+            nonempty, ltorch.reshape(clang.take(indices, ltorch.reshape(position, (-1,)), 0), (num_bags, width)), 0
+        )
         max_indices = clang.maybe_convert_to_dtype(max_indices, index_dtype)
-        out = ltorch.where(nonempty, ltorch.gather(weight, 0, clang.maybe_convert_to_dtype(max_indices, dtypes.int64)), 0)
+        out = ltorch.where(
+            nonempty, ltorch.gather(weight, 0, clang.maybe_convert_to_dtype(max_indices, dtypes.int64)), 0
+        )
     else:
-        out = ltorch.scatter_add(ltorch.full((num_bags, width), 0, device=weight.device, dtype=weight.dtype), 0,
-                                 ltorch.expand(ltorch.unsqueeze(bag, 1), (n, width)), rows)
+        out = ltorch.scatter_add(
+            ltorch.full((num_bags, width), 0, device=weight.device, dtype=weight.dtype),
+            0,
+            ltorch.expand(ltorch.unsqueeze(bag, 1), (n, width)),
+            rows,
+        )
         if mode == 1:
             count = clang.maybe_convert_to_dtype(ltorch.clamp(bag_size, 1, None), weight.dtype)
             out = elementwise(prims.div, out, ltorch.unsqueeze(count, 1))
         max_indices = bag_size if mode == 1 else zeros
     fast_path_sum = mode == 0 and weight.dtype in (dtypes.float32, dtypes.float16) and padding_idx < 0
-    offset2bag = (ltorch.full((0,), 0, device=indices.device, dtype=index_dtype) if fast_path_sum
-                  else clang.maybe_convert_to_dtype(bag, index_dtype))
+    offset2bag = (
+        ltorch.full((0,), 0, device=indices.device, dtype=index_dtype)
+        if fast_path_sum
+        else clang.maybe_convert_to_dtype(bag, index_dtype)
+    )
     return out, offset2bag, bag_size if mode != 0 else zeros, max_indices
 
 
 def upsample_bilinear2d(a, output_size, align_corners, scale_factors):
-    return ltorch.interpolate(a, size=output_size, scale_factor=scale_factors, mode="bilinear", align_corners=align_corners)
+    return ltorch.interpolate(
+        a, size=output_size, scale_factor=scale_factors, mode="bilinear", align_corners=align_corners
+    )
 
 
 def upsample_nearest2d(a, output_size, scale_factors):

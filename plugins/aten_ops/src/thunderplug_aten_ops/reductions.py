@@ -66,10 +66,14 @@ def tree_product(a, dim):
     product of the other factors even where a factor is zero, as ATen's, where thunder's prod
     gradient divides by the factor (NaN at zeros)."""
     if a.shape[dim] == 0:
-        return ltorch.full(tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype)
+        return ltorch.full(
+            tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype
+        )
     while a.shape[dim] > 1:
         if a.shape[dim] % 2:
-            one = ltorch.full(tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype)
+            one = ltorch.full(
+                tuple(1 if k == dim else s for k, s in enumerate(a.shape)), 1, device=a.device, dtype=a.dtype
+            )
             a = ltorch.cat([a, one], dim)
         size = a.shape[dim]
         a = prims.mul(clang.slice_in_dim(a, 0, size, 2, dim=dim), clang.slice_in_dim(a, 1, size, 2, dim=dim))
@@ -115,7 +119,9 @@ def min_dim(a, dim, keepdim=False):
     if a.ndim == 0:
         return _scalar_extremum(a)
     # argmax of the negation: thunder 0.2.6 has no gradient rule for prims.argmin
-    indices = ltorch.argmax(prims.neg(a), dim, True) if dtypes.is_inexact_dtype(a.dtype) else ltorch.argmin(a, dim, True)
+    indices = (
+        ltorch.argmax(prims.neg(a), dim, True) if dtypes.is_inexact_dtype(a.dtype) else ltorch.argmin(a, dim, True)
+    )
     return _values_at(a, dim, indices, keepdim), indices if keepdim else ltorch.squeeze(indices, dim)
 
 

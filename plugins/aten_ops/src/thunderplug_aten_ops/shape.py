@@ -37,7 +37,9 @@ def clone(a, *, memory_format=None):
 
 
 def _copy_like(a, src):
-    src = clang.maybe_convert_to_dtype(clang.expand(src, a.shape) if tuple(src.shape) != tuple(a.shape) else src, a.dtype)
+    src = clang.maybe_convert_to_dtype(
+        clang.expand(src, a.shape) if tuple(src.shape) != tuple(a.shape) else src, a.dtype
+    )
     return prims.device_put(src, a.device) if src.device != a.device else src
 
 
@@ -51,7 +53,11 @@ def copy_(a, src, non_blocking=False):
 
 
 def to_copy(a, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
-    result = prims.clone(a) if dtype is None or dtypes.to_dtype(dtype) == a.dtype else prims.convert_element_type(a, dtypes.to_dtype(dtype))
+    result = (
+        prims.clone(a)
+        if dtype is None or dtypes.to_dtype(dtype) == a.dtype
+        else prims.convert_element_type(a, dtypes.to_dtype(dtype))
+    )
     if device is not None and devices.to_device(device) != a.device:
         result = prims.device_put(result, devices.to_device(device))
     return result
@@ -125,7 +131,9 @@ def select_scatter(a, src, dim, index):
 def cat(tensors, dim=0):
     # ATen skips legacy empty 1-D tensors of shape (0,) when other tensors have more dims.
     kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
-    dtype = utils.elementwise_type_promotion(*kept, type_promotion_kind=utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    dtype = utils.elementwise_type_promotion(*kept, type_promotion_kind=utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[
+        1
+    ]
     return ltorch.cat([clang.maybe_convert_to_dtype(t, dtype) for t in kept], dim)
 
 
@@ -204,12 +212,14 @@ def _masked_put(a, indices, values, accumulate):
     """``a[mask] = values`` (or ``+=``) for one leading boolean mask and values broadcast over the
     selected rows: a ``where``. Values with one row per True element have a data-dependent shape."""
     (mask,) = indices if len(indices) == 1 else (None,)
-    rest = tuple(a.shape[mask.ndim:]) if mask is not None else ()
+    rest = tuple(a.shape[mask.ndim :]) if mask is not None else ()
     rows = values.shape[0] if values.ndim > len(rest) else 1
     utils.check(
         mask is not None and tuple(mask.shape) == tuple(a.shape[: mask.ndim]) and rows == 1,
-        lambda: "index_put with a boolean mask and one value row per True element has a data-dependent shape "
-        "(the mask's True count); thunder 0.2.6 traces have static shapes: use torch.where(mask, values, a) instead",
+        lambda: (
+            "index_put with a boolean mask and one value row per True element has a data-dependent shape "
+            "(the mask's True count); thunder 0.2.6 traces have static shapes: use torch.where(mask, values, a) instead"
+        ),
         NotImplementedError,
     )
     if values.ndim > len(rest):
@@ -269,13 +279,18 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
         return ltorch.reshape(scatter_reduce(flat[0], 0, flat[1], flat[2], reduce, include_self=include_self), ())
     if reduce in ("prod", "amax", "amin"):
         return _scatter_dense(a, dim, index, src, reduce, include_self)
-    utils.check(reduce in ("sum", "mean"), lambda: f"scatter_reduce: reduce={reduce!r} is not one of sum, prod, mean, amax, amin")
+    utils.check(
+        reduce in ("sum", "mean"),
+        lambda: f"scatter_reduce: reduce={reduce!r} is not one of sum, prod, mean, amax, amin",
+    )
     base = a if include_self else ltorch.scatter(a, dim, index, 0)
     total = ltorch.scatter_add(base, dim, index, src)
     if reduce == "sum":
         return total
     one = 1.0 if dtypes.is_inexact_dtype(a.dtype) else 1
-    counts = ltorch.scatter_add(ltorch.full_like(a, one if include_self else 0 * one), dim, index, ltorch.full_like(src, one))
+    counts = ltorch.scatter_add(
+        ltorch.full_like(a, one if include_self else 0 * one), dim, index, ltorch.full_like(src, one)
+    )
     counts = prims.where(clang.eq(counts, 0), one, counts)
     if dtypes.is_exact_dtype(a.dtype):
         return ltorch.div(total, counts, rounding_mode="floor")
@@ -297,7 +312,8 @@ def _scatter_dense(a, dim, index, src, reduce, include_self):
     for every target position, the ``src`` values scattered to it (the reduction's identity
     elsewhere), then a reduction over the index dim. Its memory is index size times
     ``a.shape[dim]``. The reductions' own gradients give ATen's: amax/amin share the gradient evenly
-    among the maxima (``self`` included when ``include_self``), prod the product rule (:func:`~thunderplug_aten_ops.reductions.tree_product`)."""
+    among the maxima (``self`` included when ``include_self``), prod the product rule
+    (:func:`~thunderplug_aten_ops.reductions.tree_product`)."""
     dim = utils.canonicalize_dim(a.ndim, dim)
     if index.numel == 0:
         return prims.clone(a)
@@ -314,7 +330,11 @@ def _scatter_dense(a, dim, index, src, reduce, include_self):
     values = clang.maybe_convert_to_dtype(values, a.dtype)
     if include_self:
         values = ltorch.cat([ltorch.unsqueeze(target, -2), values], -2)  # (O, 1 + J, N)
-    reduced = ltorch.squeeze(tree_product(values, values.ndim - 2), -2) if reduce == "prod" else (ltorch.amax if reduce == "amax" else ltorch.amin)(values, -2, False)
+    reduced = (
+        ltorch.squeeze(tree_product(values, values.ndim - 2), -2)
+        if reduce == "prod"
+        else (ltorch.amax if reduce == "amax" else ltorch.amin)(values, -2, False)
+    )
     touched = ltorch.any_tensor(hits, -2, False)
     result = ltorch.movedim(prims.where(touched, reduced, target), -1, dim)
     padding = [(0, a.shape[k] - result.shape[k], 0) for k in range(a.ndim)]
