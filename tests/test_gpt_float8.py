@@ -51,10 +51,10 @@ STEPS = 5
 
 @pytest.fixture(autouse=True)
 def _no_onednn():
-    enabled = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
-    yield
-    torch.backends.mkldnn.enabled = enabled
+    # the flags() context manager, not assignment: torch.testing._internal (imported by other tests of
+    # the same run) calls torch.backends.disable_global_flags(), after which assigning raises
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
 
 
 def _train(module, params_of, tokens, targets, steps=STEPS):

@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.utils._pytree as torch_pytree
 from thunder import clang
 from thunder.core import devices, dtypes
 from thunder.core.interpreter import get_interpreterruntimectx
 from thunder.core.langctxs import Languages, langctx
 from thunder.core.prims import OpTags
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.transform_common import NON_FUNCTIONAL_OPS
@@ -106,15 +107,99 @@ def registered_symbol(overload: OpOverload) -> Symbol:
 
 
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
+    """The decomposition, checked against torch's fake kernel once per argument metadata (the
+    same op is traced many times per compilation: interpretation, autodiff, re-tracing)."""
+    checked: set = set()
+    lock = threading.Lock()
+
     def meta(*args: Any, **kwargs: Any) -> Any:
         if not op.differentiable:
             _remember_location(op.qualified_name, args, kwargs)
         result = op.decomposition(*args, **kwargs)
-        _check_against_torch(op, args, kwargs, result)
+        key = metadata_key(args, kwargs)
+        with lock:
+            known = key is not None and key in checked
+        if not known:
+            _check_against_torch(op, args, kwargs, result)
+            if key is not None:
+                with lock:
+                    checked.add(key)
         return result
 
     meta.__name__ = op.qualified_name
     return meta
+
+
+def metadata_key(args: tuple, kwargs: dict) -> Any:
+    """A hashable key of what an ATen call's outputs depend on (tensor shapes, dtypes, devices,
+    requires_grad; every other argument's value), or ``None`` when some value is unhashable."""
+
+    def key(value: Any) -> Any:
+        if isinstance(value, TensorProxy):
+            return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+        if isinstance(value, NumberProxy):
+            return ("number", type(value.value), value.value)
+        return (type(value), value)
+
+    flat, spec = tree_flatten((args, kwargs))
+    try:
+        result = (repr(spec), tuple(key(x) for x in flat))
+        hash(result)
+    except TypeError:
+        return None
+    return result
+
+
+def kernel_meta(overload: OpOverload) -> Callable[..., Any]:
+    """Output proxies of ``overload`` from its own fake kernel, cached per argument metadata: the
+    meta of an executor operator that runs the overload as itself, so claiming an ATen op does not
+    trace its decomposition again. Floating outputs require grad when an input does."""
+    cache: dict[Any, Any] = {}
+    lock = threading.Lock()
+
+    def meta(*args: Any, **kwargs: Any) -> Any:
+        key = metadata_key(args, kwargs)
+        with lock:
+            described = cache.get(key) if key is not None else None
+        if described is None:
+            with fake_mode():
+                result = overload(*to_fake(args), **to_fake(kwargs))
+            grad = any(isinstance(x, TensorProxy) and x.requires_grad for x in tree_flatten((args, kwargs))[0])
+            described = torch_pytree.tree_map(lambda value: _described(value, grad), result)
+            if key is not None:
+                with lock:
+                    cache[key] = described
+        return torch_pytree.tree_map(_from_description, described)
+
+    meta.__name__ = f"{qualified_name(overload)}.meta"
+    return meta
+
+
+def _described(value: Any, grad: bool) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    inexact = value.dtype.is_floating_point or value.dtype.is_complex
+    return _TensorDescription(tuple(value.shape), value.dtype, value.device, grad and inexact)
+
+
+class _TensorDescription:
+    """Shape, dtype, device and requires_grad of one fake output (a pytree leaf)."""
+
+    __slots__ = ("shape", "dtype", "device", "requires_grad")
+
+    def __init__(self, shape: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool):
+        self.shape, self.dtype, self.device, self.requires_grad = shape, dtype, device, requires_grad
+
+
+def _from_description(value: Any) -> Any:
+    if not isinstance(value, _TensorDescription):
+        return value
+    return TensorProxy(
+        shape=value.shape,
+        dtype=dtypes.to_dtype(value.dtype),
+        device=devices.to_device(value.device),
+        requires_grad=value.requires_grad,
+    )
 
 
 def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any) -> None:

@@ -17,7 +17,7 @@ from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.extend import OperatorExecutor, register_executor
 from torch.utils._pytree import tree_map
 
-from thunderplug.aten import active_table
+from thunderplug.aten import active_table, kernel_meta
 
 _THUNDER_VALUED_TYPES = ("ScalarType", "Device")
 
@@ -48,6 +48,7 @@ class AtenExecutor(OperatorExecutor):
     def __init__(self) -> None:
         super().__init__("aten", version="0.1.0")
         self._lock = threading.Lock()
+        self._built_for: dict[str, Symbol] = {}
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
         table = active_table()
@@ -58,13 +59,15 @@ class AtenExecutor(OperatorExecutor):
         return super().can_execute(bsym)
 
     def _ensure_operator(self, symbol: Symbol, overload: Any) -> None:
+        """One operator per ATen symbol. Its meta is the overload's fake kernel (cached), not the
+        symbol's decomposition: claiming runs the operator's meta once per op of every trace."""
         with self._lock:
-            impl = self.implmap.get(symbol.id)
-            if impl is not None and impl.symbol is not None and impl.symbol.meta is symbol:
+            if self._built_for.get(symbol.id) is symbol:
                 return
             name = f"aten_{overload._opname}_{overload._overloadname}"
-            operator = self.register_operator(name, like=symbol, fn=_runner(overload))
+            operator = self.register_operator(name, meta=kernel_meta(overload), fn=_runner(overload))
             self.register_implementation(symbol, operator)
+            self._built_for[symbol.id] = symbol
 
 
 def build_executor() -> OperatorExecutor:
