@@ -11,6 +11,7 @@ hooks before any entry point, so they are listed, ordered and excluded by the sa
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -183,7 +184,13 @@ class PluginHost:
             specs: list[ExecutorSpec] = self._collect(status, "register_executors", ExecutorSpec)
             ops: list[AtenOp] = self._collect(status, "register_aten_ops", AtenOp)
             claims: list[Any] = self._collect(status, "register_claims", CLAIM_TYPES)
-            specs += self._guarded(status, _claim_executor_specs, [c for c in claims if c.stage != Stage.FUSION])
+            specs += self._guarded(
+                status,
+                _claim_executor_specs,
+                [c for c in claims if c.stage != Stage.FUSION],
+                plugin=status.name,
+                on_error=functools.partial(self.mark_failed, status.name),
+            )
             specs = self._available(status, specs, offers_more=bool(ops or claims))
             self._check_conflicts(status, specs, ops)
         except _PluginSkipped:
@@ -394,8 +401,11 @@ class PluginHost:
             )
 
 
-def _claim_executor_specs(claims: list[Any]) -> list[ExecutorSpec]:
-    """One executor per claim ``executor`` name, built (importing thunder) only when selected."""
+def _claim_executor_specs(
+    claims: list[Any], *, plugin: str, on_error: Callable[[BaseException], None]
+) -> list[ExecutorSpec]:
+    """One executor per claim ``executor`` name, built (importing thunder) only when selected.
+    A checker that raises later, while compiling, calls ``on_error`` (the plugin is marked failed)."""
     by_executor: dict[str, list[Any]] = {}
     for claim in claims:
         by_executor.setdefault(claim.executor, []).append(claim)
@@ -404,7 +414,7 @@ def _claim_executor_specs(claims: list[Any]) -> list[ExecutorSpec]:
         def build() -> Any:
             from thunderplug.claims import claim_executor
 
-            return claim_executor(name, grouped)
+            return claim_executor(name, grouped, plugin=plugin, on_error=on_error)
 
         return build
 
