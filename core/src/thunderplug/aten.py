@@ -41,7 +41,7 @@ from thunder.executors.pythonex import ex as pythonex
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from thunderplug.compilation import current_record
-from thunderplug.fake import fake_mode, to_fake
+from thunderplug.fake import fake_mode, to_fake, to_torch_value
 from thunderplug.specs import AtenOp
 
 OpOverload = torch._ops.OpOverload
@@ -349,7 +349,7 @@ def _new_fallback(overload: OpOverload) -> Symbol:
     if random:  # every call draws new numbers: never merge two calls (thunder's CSE)
         NON_FUNCTIONAL_OPS.add(symbol.id)
     identifier = "".join(c if c.isalnum() else "_" for c in f"{overload.namespace}_{symbol.name}")
-    run = pythonex.register_operator(f"fallback_{identifier}", like=symbol, fn=_runner(overload))
+    run = pythonex.register_operator(f"fallback_{identifier}", like=symbol, fn=runner(overload))
     pythonex.register_implementation(symbol, run)
     _register_torch_autograd(symbol, overload, name)
     return symbol
@@ -400,21 +400,16 @@ def _proxy_of(value: Any) -> Any:
     return value
 
 
-def _runner(overload: OpOverload) -> Callable[..., Any]:
-    """``overload`` itself, with the thunder dtypes and devices of a trace turned back into torch's."""
+def runner(overload: OpOverload) -> Callable[..., Any]:
+    """The overload itself, or (when it takes a dtype or device, which traces hold as thunder
+    objects) a wrapper turning those back into torch's: what executes an ATen symbol."""
+    if not any(t in str(arg.type) for arg in overload._schema.arguments for t in ("ScalarType", "Device")):
+        return overload
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        return overload(*tree_map(_to_torch, args), **tree_map(_to_torch, kwargs))
+        return overload(*tree_map(to_torch_value, args), **tree_map(to_torch_value, kwargs))
 
     return run
-
-
-def _to_torch(x: Any) -> Any:
-    if isinstance(x, dtypes.dtype):
-        return dtypes.to_torch_dtype(x)
-    if isinstance(x, devices.Device):
-        return devices.to_torch_device(x)
-    return x
 
 
 def _register_torch_autograd(symbol: Symbol, overload: OpOverload, name: str) -> None:

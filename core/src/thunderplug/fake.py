@@ -44,6 +44,15 @@ def fake_like(proxy: TensorProxy) -> torch.Tensor:
         )
 
 
+def to_torch_value(x: Any) -> Any:
+    """A thunder dtype or device (what traces hold) as torch's; anything else as it is."""
+    if isinstance(x, dtypes.dtype):
+        return dtypes.to_torch_dtype(x)
+    if isinstance(x, devices.Device):
+        return devices.to_torch_device(x)
+    return x
+
+
 def to_fake(tree: Any) -> Any:
     """Replace tensor proxies by FakeTensors and number proxies by their values, recursively."""
 
@@ -52,10 +61,6 @@ def to_fake(tree: Any) -> Any:
             return fake_like(x)
         if isinstance(x, NumberProxy):
             return x.value
-        if isinstance(x, dtypes.dtype):
-            return dtypes.to_torch_dtype(x)
-        if isinstance(x, devices.Device):
-            return devices.to_torch_device(x)
-        return x
+        return to_torch_value(x)
 
     return tree_map(convert, tree)

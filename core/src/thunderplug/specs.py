@@ -131,7 +131,7 @@ class SubclassOpClaim:
                 f"claim target {self.target!r} must be '<SubclassName>.torch.<function>' "
                 "(e.g. 'Float8TrainingTensor.torch.mm')"
             )
-        if not callable(_torch_attribute(path)):
+        if not callable(torch_attribute(path)):
             raise ValueError(f"claim target {self.target!r} names no torch function: {path} does not exist")
 
 
@@ -200,7 +200,7 @@ class FusionFilter:
         return self.fuser
 
 
-def _torch_attribute(path: str) -> Any:
+def torch_attribute(path: str) -> Any:
     """``torch.nn.functional.linear`` -> that object, or ``None`` (imports torch only when asked)."""
     import torch
 

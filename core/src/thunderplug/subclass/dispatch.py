@@ -16,6 +16,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 
 from thunderplug.aten import AtenTable, user_location
+from thunderplug.specs import torch_attribute
 from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
 from thunderplug.subclass.unroll import SubclassDispatchError, traced
 from thunderplug.subclass.values import SubclassTensorProxy
@@ -164,16 +165,6 @@ def torch_function_of(display: str) -> Callable[..., Any]:
     if function is None:
         raise AttributeError(f"{display} names no torch function ({path} does not exist)")
     return function
-
-
-def torch_attribute(path: str) -> Any:
-    """``torch.nn.functional.linear`` -> that object, or ``None`` if the dotted path does not exist."""
-    target: Any = torch
-    for part in path.split(".")[1:]:
-        target = getattr(target, part, None)
-        if target is None:
-            return None
-    return target
 
 
 def _is_method(torch_fn: Any) -> bool:

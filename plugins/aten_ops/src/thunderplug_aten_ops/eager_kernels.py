@@ -39,6 +39,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
 
+from thunderplug.fake import to_torch_value
 from thunderplug.thunder_compat import ltorch_private
 
 EXECUTOR_NAME = "eager_kernels"
@@ -51,18 +52,12 @@ _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 # -- operators: an ATen overload, its metadata from its meta kernel ------------------------------
 
 
-def _to_torch(x: Any) -> Any:
-    if isinstance(x, dtypes.dtype):
-        return dtypes.to_torch_dtype(x)
-    if isinstance(x, devices.Device):
-        return devices.to_torch_device(x)
-    return x
 
 
 def _to_meta(x: Any) -> Any:
     if isinstance(x, TensorProxy):
         return torch.empty(tuple(x.shape), dtype=dtypes.to_torch_dtype(x.dtype), device="meta")
-    return _to_torch(x)
+    return to_torch_value(x)
 
 
 def _proxy_like(t: torch.Tensor | None, device: devices.Device, requires_grad: bool) -> TensorProxy | None:
@@ -101,7 +96,7 @@ def _operator(executor: OperatorExecutor, name: str, overload: Any, *, different
         return tuple(_proxy_like(o, tensors[0].device, grad and i in differentiable) for i, o in enumerate(out))
 
     def run(*args: Any) -> Any:
-        return call(*(_to_torch(a) for a in args))
+        return call(*(to_torch_value(a) for a in args))
 
     return executor.register_operator(name, meta=meta, fn=run)
 

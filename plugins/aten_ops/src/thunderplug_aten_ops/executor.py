@@ -9,37 +9,12 @@ them), not a list of its own; each gets its operator on first use.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from thunder.core import devices, dtypes
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.extend import OperatorExecutor, register_executor
-from torch.utils._pytree import tree_map
 
-from thunderplug.aten import active_table, kernel_meta
-
-_THUNDER_VALUED_TYPES = ("ScalarType", "Device")
-
-
-def _to_torch(x: Any) -> Any:
-    if isinstance(x, dtypes.dtype):
-        return dtypes.to_torch_dtype(x)
-    if isinstance(x, devices.Device):
-        return devices.to_torch_device(x)
-    return x
-
-
-def _runner(overload: Any) -> Callable[..., Any]:
-    """The overload itself, or (when it takes a dtype or device, which traces hold as thunder
-    objects) a wrapper converting those back to torch's."""
-    if not any(t in str(arg.type) for arg in overload._schema.arguments for t in _THUNDER_VALUED_TYPES):
-        return overload
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return overload(*tree_map(_to_torch, args), **tree_map(_to_torch, kwargs))
-
-    return run
+from thunderplug.aten import active_table, kernel_meta, runner
 
 
 class AtenExecutor(OperatorExecutor):
@@ -65,7 +40,7 @@ class AtenExecutor(OperatorExecutor):
             if self._built_for.get(symbol.id) is symbol:
                 return
             name = f"aten_{overload._opname}_{overload._overloadname}"
-            operator = self.register_operator(name, meta=kernel_meta(overload), fn=_runner(overload))
+            operator = self.register_operator(name, meta=kernel_meta(overload), fn=runner(overload))
             self.register_implementation(symbol, operator)
             self._built_for[symbol.id] = symbol
 
