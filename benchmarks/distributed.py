@@ -34,6 +34,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "distributed"))
+from training import Blocks  # noqa: E402 - the model the distributed tests train
+
 CASES = ["ddp", "thunder-ddp", "thunder-fsdp", "fsdp2-jit-first", "fsdp2-shard-first", "fsdp2-fp8-gather", "tp"]
 VARIANTS = ["eager", "aot_eager", "thunderplug"]
 
@@ -48,20 +51,6 @@ def compiler(variant):
     import thunderplug
 
     return lambda m: thunder.jit(m, executors=thunderplug.discover(quiet=True))
-
-
-class Blocks(torch.nn.Module):
-    def __init__(self, width, depth=2):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
-            for _ in range(depth)
-        )
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = x + layer(x)
-        return x
 
 
 def build(case, variant, width):

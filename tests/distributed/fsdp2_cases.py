@@ -7,25 +7,9 @@ import copy
 import thunder
 import torch
 from torch.distributed.fsdp import fully_shard
-from training import batches, train
+from training import Blocks, batches, train
 
 import thunderplug
-
-
-class Blocks(torch.nn.Module):
-    """A stack of blocks, sharded per block as torchtitan shards transformer layers."""
-
-    def __init__(self, width: int = 32, depth: int = 2):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
-            for _ in range(depth)
-        )
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = x + layer(x)
-        return x
 
 
 def blocks(float8: bool = False) -> Blocks:

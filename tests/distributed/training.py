@@ -16,6 +16,22 @@ import torch.nn.functional as F
 STEPS = 3
 
 
+class Blocks(torch.nn.Module):
+    """A stack of residual MLP blocks, sharded per block as torchtitan shards transformer layers."""
+
+    def __init__(self, width: int = 32, depth: int = 2):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
+            for _ in range(depth)
+        )
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
 def batches(rank: int, in_features: int, out_features: int, *, steps: int = STEPS, batch: int = 16):
     """Different data on each rank (so gradient averaging matters), identical between runs."""
     g = torch.Generator().manual_seed(1000 + rank)
