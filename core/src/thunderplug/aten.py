@@ -32,7 +32,7 @@ from thunder.core import devices, dtypes
 from thunder.core.interpreter import get_interpreterruntimectx
 from thunder.core.langctxs import Languages, langctx
 from thunder.core.prims import OpTags
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.transform_common import NON_FUNCTIONAL_OPS
@@ -41,7 +41,7 @@ from thunder.executors.pythonex import ex as pythonex
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from thunderplug.compilation import current_record
-from thunderplug.fake import fake_mode, to_fake, to_torch_value
+from thunderplug.fake import fake_mode, hashable_or_none, to_fake, to_torch_value, value_key
 from thunderplug.specs import AtenOp
 
 OpOverload = torch._ops.OpOverload
@@ -131,23 +131,10 @@ def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
 
 
 def metadata_key(args: tuple, kwargs: dict) -> Any:
-    """A hashable key of what an ATen call's outputs depend on (tensor shapes, dtypes, devices,
-    requires_grad; every other argument's value), or ``None`` when some value is unhashable."""
-
-    def key(value: Any) -> Any:
-        if isinstance(value, TensorProxy):
-            return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
-        if isinstance(value, NumberProxy):
-            return ("number", type(value.value), value.value)
-        return (type(value), value)
-
+    """A hashable key of what an ATen call's outputs depend on (``fake.value_key`` of each
+    argument), or ``None`` when some value is unhashable."""
     flat, spec = tree_flatten((args, kwargs))
-    try:
-        result = (repr(spec), tuple(key(x) for x in flat))
-        hash(result)
-    except TypeError:
-        return None
-    return result
+    return hashable_or_none(lambda: (repr(spec), tuple(value_key(x) for x in flat)))
 
 
 def kernel_meta(overload: OpOverload) -> Callable[..., Any]:

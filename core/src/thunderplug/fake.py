@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -64,3 +65,38 @@ def to_fake(tree: Any) -> Any:
         return to_torch_value(x)
 
     return tree_map(convert, tree)
+
+
+# -- cache keys: what a traced op's result depends on ------------------------------------------------
+
+
+def value_key(value: Any) -> Any:
+    """How one argument enters a cache key of traced ops: a tensor by its shape, dtype, device and
+    requires_grad, a number or constant by its value (containers frozen). Raises ``TypeError`` for
+    what cannot be a key (a real tensor constant)."""
+    if isinstance(value, TensorProxy):
+        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    if isinstance(value, NumberProxy):
+        return ("number", type(value.value), value.value)
+    return ("constant", type(value), frozen(value))
+
+
+def frozen(value: Any) -> Any:
+    """Dicts, lists and tuples as nested tuples (hashable when their items are)."""
+    if isinstance(value, dict):
+        return ("dict", tuple((k, frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(frozen(v) for v in value))
+    if isinstance(value, torch.Tensor):
+        raise TypeError("tensors are not metadata")
+    return value
+
+
+def hashable_or_none(build: Callable[[], Any]) -> Any:
+    """``build()`` if it gives a hashable key, else ``None`` (the caller then does not cache)."""
+    try:
+        key = build()
+        hash(key)
+    except TypeError:
+        return None
+    return key

@@ -23,13 +23,13 @@ from typing import Any
 import thunder.torch as ltorch
 import torch
 import torch.utils._pytree as torch_pytree
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.compilation import current_record
-from thunderplug.fake import fake_like, fake_mode, to_fake
+from thunderplug.fake import fake_like, fake_mode, frozen, hashable_or_none, to_fake, value_key
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
 
@@ -157,35 +157,17 @@ def _rebuild_fake(proxy: TensorProxy, fake_leaves: Iterator[torch.Tensor]) -> to
 
 def _metadata_key(display: str, torch_fn: Callable[..., Any], flat: list, spec: Any) -> Any:
     """A hashable key of the call's metadata, or ``None`` when some constant cannot be hashed."""
-    try:
-        key = (display, torch_fn, repr(spec), tuple(_value_key(x) for x in flat))
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return hashable_or_none(lambda: (display, torch_fn, repr(spec), tuple(_value_key(x) for x in flat)))
 
 
 def _value_key(value: Any) -> Any:
+    """``fake.value_key``, and a subclass value by its layout and its inner tensors' keys."""
     if isinstance(value, SubclassTensorProxy):
         layout = value.layout
         inner = tuple(_value_key(p) for p in value.inner.values())
-        ctx = _frozen(layout.ctx)
+        ctx = frozen(layout.ctx)
         return ("subclass", layout.cls, layout.attrs, ctx, layout.outer_size, layout.outer_stride, inner)
-    if isinstance(value, TensorProxy):
-        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
-    if isinstance(value, NumberProxy):
-        return ("number", type(value.value), value.value)
-    return ("constant", type(value), _frozen(value))
-
-
-def _frozen(value: Any) -> Any:
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _frozen(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_frozen(v) for v in value))
-    if isinstance(value, torch.Tensor):
-        raise TypeError("tensors are not metadata")
-    return value
+    return value_key(value)
 
 
 # -- replaying the graph as thunder symbols ------------------------------------------------------
