@@ -113,3 +113,53 @@ def test_dtype_inside_jitted_code_is_a_torch_dtype():
     assert actual[1:] == expected[1:] == (True, True)
     bf16 = x.to(torch.bfloat16)
     torch.testing.assert_close(thunder.jit(f, executors=_discover())(bf16)[0], f(bf16)[0])
+
+
+class Nest(torch.autograd.Function):
+    """Forward: a TwoTensor of TwoTensors; backward: whatever nesting the gradient has, as eager passes it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return TwoTensor(x.clone(), x * 2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.a + grad.b * 2 if isinstance(grad.a, TwoTensor) else grad * 5
+
+
+class Unnest(torch.autograd.Function):
+    """Forward: the sum of the two inner TwoTensors; backward: a gradient one level less nested
+    than its input (autograd checks only shape, dtype and device)."""
+
+    @staticmethod
+    def forward(ctx, y):
+        return y.a + y.b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return TwoTensor(grad.a * 2, grad.b * 3)
+
+
+def _leaves(t):
+    return [leaf for inner in (t.a, t.b) for leaf in _leaves(inner)] if isinstance(t, TwoTensor) else [t]
+
+
+def test_a_gradient_with_another_nesting_of_subclasses_than_assumed():
+    """``y * 3`` on a TwoTensor of TwoTensors gets a gradient whose inner tensors are plain (as a
+    DTensor of Float8TrainingTensor gets a DTensor gradient with a plain local tensor): its
+    backward is traced again for that nesting instead of reading plain tensors as TwoTensors."""
+
+    def f(x):
+        return Unnest.apply(Nest.apply(x) * 3)
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    runs = []
+    for fn in (f, thunder.jit(f, executors=_discover())):
+        x = TwoTensor(a.clone(), b.clone()).requires_grad_()
+        out = fn(x)
+        (grad,) = torch.autograd.grad(out, (x,), TwoTensor(torch.ones(3, 4), torch.full((3, 4), 2.0)))
+        runs.append((out, grad))
+    (expected, expected_grad), (actual, actual_grad) = runs
+    assert [type(t) for t in (actual.a, actual_grad.a)] == [type(t) for t in (expected.a, expected_grad.a)]
+    for mine, theirs in zip(_leaves(actual) + _leaves(actual_grad), _leaves(expected) + _leaves(expected_grad)):
+        torch.testing.assert_close(mine, theirs, atol=0, rtol=0)

@@ -8,9 +8,10 @@ DTensor goes through thunderplug's generic subclass core (not thunder's DTensorP
 are flattened to their local tensors with prologue guards on mesh and placements, every op is
 unrolled through DTensor's own dispatch, ``from_local``/``to_local``/``redistribute``/
 ``distribute_tensor`` are ops traced on fakes, and the collectives a redistribution needs run as
-themselves. Eager runs every case here on CPU (checked, never skipped); the compiled runs that do
-not pass yet are strict xfails naming the core gap (each reproduces with torch's TwoTensor too),
-so a fix turns them into failures until the mark is removed.
+themselves. Eager runs every case here on CPU (checked, never skipped). torchao's float8 parallel
+styles nest subclasses (a DTensor of Float8TrainingTensor, whose gradients have plain local
+tensors or float8 ones depending on the op that produced them): backwards traced for another
+nesting than the gradient that arrives are traced again (``executor._retrace_stale``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,14 @@ import re
 import pytest
 from harness import assert_runs_match, distributed_job, results_of
 
-PASSING = [
+CASES = [
     "dtensor_inputs",
     "tensor_parallel",
     "dtensor_api_inside_jit",
     "dtensor_mlp",
     "distribute_module_with_input_fn",
+    "tensor_parallel_float8",
 ]
-NOT_YET = {
-    # an op of the compiled program reaches Float8TrainingTensor's dispatch with aten.abs, which eager never does
-    "tensor_parallel_float8": "NotImplementedError: attempting to run aten.abs.default (Float8TrainingTensor dispatch)",
-}
-CASES = PASSING + list(NOT_YET)
 COLLECTIVES = ["functional_collective_overloads", "functional_collective_packets", "funcol_with_gradients"]
 job = distributed_job("dtensor_cases", CASES + COLLECTIVES)
 
@@ -42,9 +39,7 @@ def test_eager_runs_the_case(job, case):
         assert len(result["eager"]["losses"]) >= 3
 
 
-@pytest.mark.parametrize(
-    "case", PASSING + [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=r)) for c, r in NOT_YET.items()]
-)
+@pytest.mark.parametrize("case", CASES)
 def test_compiled_matches_eager(job, case):
     for result in results_of(job, case):
         assert "error" not in result["compiled"], result["compiled"].get("error")

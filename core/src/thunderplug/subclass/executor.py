@@ -156,9 +156,28 @@ def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx) -> list[BoundSymbo
 
 
 def _has_stale_flatten(bsym: BoundSymbol) -> bool:
+    """A ``subclass_flatten`` of the op was traced for another nesting of types than its argument
+    now has: a plain gradient where a subclass was assumed, or, for nested subclasses, another
+    inner type (eager gives a DTensor gradient a Float8TrainingTensor local tensor when a
+    float8 cast's backward produced it, a plain one otherwise). Its outputs would then be read as
+    the wrong types at run time."""
     return any(
-        sub.sym == subclass_flatten and not isinstance(sub.args[0], SubclassTensorProxy) for sub in bsym.subsymbols
+        sub.sym == subclass_flatten and _structure(sub.args[0]) != _flattened_structure(sub) for sub in bsym.subsymbols
     )
+
+
+def _structure(value: Any) -> Any:
+    """A value's nesting of subclass types, down to its plain tensors (contexts left out: values
+    that differ only there are converted at run time by ``subclass_flatten``)."""
+    if not isinstance(value, SubclassTensorProxy):
+        return None
+    return (value.layout.cls, value.layout.attrs, tuple(_structure(inner) for inner in value.inner.values()))
+
+
+def _flattened_structure(flatten: BoundSymbol) -> Any:
+    """The structure a ``subclass_flatten`` was traced for: its layout, and what its outputs are."""
+    layout = flatten.args[1]
+    return (layout.cls, layout.attrs, tuple(_structure(out) for out in flatten.flat_proxy_outs))
 
 
 def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
