@@ -139,9 +139,9 @@ def _rank_main(rank: int, world_size: int, store: str, workdir: str, module: str
     os._exit(0)  # skip interpreter teardown (gloo threads, atexit hooks): the results are written
 
 
-def distributed_job(module: str, cases: list[str], *, timeout_s: float = 300.0):
-    """A module-scoped pytest fixture that runs ``cases`` of ``module`` once, on 2 ranks, for all
-    the tests of the test module that assigns it (``job = distributed_job(...)``)."""
+def distributed_job(module: str, cases: list[str], *, world_size: int = 2, timeout_s: float = 300.0):
+    """A module-scoped pytest fixture that runs ``cases`` of ``module`` once, on ``world_size``
+    ranks, for all the tests of the test module that assigns it (``job = distributed_job(...)``)."""
     import pytest
     import torch.distributed as dist
 
@@ -149,7 +149,7 @@ def distributed_job(module: str, cases: list[str], *, timeout_s: float = 300.0):
     def job(tmp_path_factory):
         if not dist.is_available() or not dist.is_gloo_available():
             pytest.skip("torch.distributed with the gloo backend is not available in this build")
-        return run_job(module, cases, tmp_path_factory.mktemp(module), timeout_s=timeout_s)
+        return run_job(module, cases, tmp_path_factory.mktemp(module), world_size=world_size, timeout_s=timeout_s)
 
     return job
 

@@ -219,33 +219,41 @@ def dtensor_lookasides() -> dict[Any, Callable[..., Any]]:
 def functional_distribute_tensor(
     tensor: torch.Tensor, device_mesh: Any = None, placements: Any = None, *, src_data_rank: int | None = 0
 ) -> torch.Tensor:
-    """``distribute_tensor`` with functional collectives, for one-dimensional meshes.
+    """``distribute_tensor`` with functional collectives, on meshes of any dimension.
 
-    torch's own broadcasts rank ``src_data_rank``'s tensor in place (``c10d.broadcast_``, which has
-    no fake kernel, so it cannot be traced); this one broadcasts functionally, keeps this rank's
-    chunk of each ``Shard`` dimension (``torch.chunk``, as ``Shard`` splits) and wraps it with
-    ``from_local``. As in eager, the result is a new leaf: no gradient flows back to ``tensor``.
+    torch's own scatters and broadcasts in place (``c10d.broadcast_``, which has no fake kernel, so
+    it cannot be traced); this one does what it does one mesh dimension at a time, functionally: it
+    broadcasts from group rank ``src_data_rank`` of that dimension's group, then a ``Shard`` keeps
+    this rank's chunk (``torch.chunk``, as ``Shard`` splits; a scatter sends the same bits), and
+    wraps the result with ``from_local``. So every rank's local tensor comes from the rank at
+    coordinate ``src_data_rank`` on every mesh dimension, as in eager. As in eager, the result is a
+    new leaf: no gradient flows back to ``tensor``.
     """
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
-    if device_mesh is None or device_mesh.ndim != 1:
+    if device_mesh is None:
         raise NotImplementedError(
-            "distribute_tensor inside thunder.jit(executors=discover()) needs an explicit one-dimensional "
-            "device_mesh; call it outside the jitted function for other meshes"
+            "distribute_tensor inside thunder.jit(executors=discover()) needs an explicit device_mesh; "
+            "call it outside the jitted function to use the default mesh"
         )
-    placements = list(placements) if placements is not None else [Replicate()]
-    group = device_mesh.get_group(0)
-    local = tensor.detach()
-    if src_data_rank is not None:
-        local = funcol.wait_tensor(funcol.broadcast(local, src=src_data_rank, group=group))
-    for placement in placements:
-        if isinstance(placement, Shard):
-            chunks = torch.chunk(local, device_mesh.size(0), dim=placement.dim)
-            coordinate = device_mesh.get_local_rank(0)
-            local = chunks[coordinate] if coordinate < len(chunks) else local.narrow(placement.dim, 0, 0)
-        elif not isinstance(placement, Replicate):
+    placements = list(placements) if placements is not None else [Replicate()] * device_mesh.ndim
+    if len(placements) != device_mesh.ndim:
+        raise ValueError(f"distribute_tensor: {len(placements)} placements for a {device_mesh.ndim}-D device_mesh")
+    coordinate = device_mesh.get_coordinate()
+    local = tensor.detach() if coordinate is not None else tensor.new_empty(0)  # not in the mesh: as eager
+    for mesh_dim, placement in enumerate(placements if coordinate is not None else []):
+        if not isinstance(placement, (Shard, Replicate)):
             raise TypeError(f"distribute_tensor does not take {placement} placements")
+        if src_data_rank is not None:
+            group = device_mesh.get_group(mesh_dim)
+            local = funcol.wait_tensor(funcol.broadcast(local.contiguous(), src=src_data_rank, group=group))
+        if isinstance(placement, Shard):
+            dim = placement.dim % tensor.ndim
+            placements[mesh_dim] = Shard(dim)
+            chunks = torch.chunk(local, device_mesh.size(mesh_dim), dim=dim)
+            index = coordinate[mesh_dim]
+            local = chunks[index] if index < len(chunks) else local.narrow(dim, 0, 0)
     result = DTensor.from_local(
         local.contiguous(), device_mesh, placements, run_check=False, shape=tensor.shape, stride=tensor.stride()
     )
