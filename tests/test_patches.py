@@ -165,3 +165,78 @@ def test_stock_thunder_ignores_non_differentiable_idx():
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.split()[-1]) > 1.0
+
+
+def test_gc_is_off_while_a_discover_compilation_runs_and_on_again_after():
+    """The GC pause covers the compilation of discover() functions only, and restores the collector."""
+    import gc
+
+    from thunderplug.thunder_compat import speedups
+
+    seen = []
+
+    def probe(x):
+        seen.append(gc.isenabled())
+        return x
+
+    thunderplug.discover()
+    assert gc.isenabled()
+    jitted = thunder.jit(lambda x: probe(x) * 2, executors=thunderplug.discover())
+    x = torch.randn(3)
+    torch.testing.assert_close(jitted(x), x * 2)
+    plain = thunder.jit(lambda x: probe(x) * 3)
+    torch.testing.assert_close(plain(x), x * 3)
+    assert seen == [False, True]  # interpreted (probe runs while tracing) under the pause, plain thunder not
+    assert gc.isenabled()
+
+    gc.disable()  # a user who switched it off keeps it off
+    try:
+        thunder.jit(lambda x: x + 1, executors=thunderplug.discover())(x)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with speedups._gc_lock:
+        assert speedups._gc_state == {"depth": 0, "switched_off": False}
+
+
+def test_gc_pause_is_undone_when_compilation_fails():
+    import gc
+
+    def fails(x):
+        raise ValueError("in the user's code")
+
+    thunderplug.discover()
+    try:
+        thunder.jit(fails, executors=thunderplug.discover())(torch.randn(2))
+    except ValueError:
+        pass
+    assert gc.isenabled()
+
+
+def test_dce_pruning_keeps_what_thunders_keeps():
+    """The replacement of ``_remove_noop_subsymbols`` prunes the same subsymbols as thunder's own
+    on a traced program with nested composites (inside a discover() compilation)."""
+    import copy as copy_module
+
+    from thunder.core.compile_data import compile_data_and_stats
+    from thunder.core.transform_common import dce
+
+    thunderplug.discover()
+    original, _ = patches._originals["dce subsymbol pruning"]
+    jitted = thunder.jit(
+        lambda x, w: torch.nn.functional.gelu(torch.nn.functional.linear(x, w)).softmax(-1),
+        executors=thunderplug.discover(),
+    )
+    jitted(torch.randn(4, 3), torch.randn(5, 3))
+    trace = thunder.last_traces(jitted)[0]
+
+    def shape(bsyms):
+        return [(b.sym.name, shape(b.subsymbols)) for b in bsyms]
+
+    theirs = copy_module.deepcopy(trace.bound_symbols)
+    for bsym in theirs:
+        original(bsym)
+    with compile_data_and_stats(thunder.compile_data(jitted), thunder.compile_stats(jitted)):
+        ours = dce(trace).bound_symbols
+    assert shape(ours) == shape([b for b in theirs if b.sym.name in {o.sym.name for o in ours}])
+    assert any(b.subsymbols for b in ours)

@@ -205,6 +205,11 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     return result
 
 
+def uses_core_executor(compile_data: Any) -> bool:
+    """Whether a jitted function's ``CompileData`` lists a thunderplug executor (``discover()``'s list)."""
+    return any(isinstance(ex, ThunderplugExecutor) for ex in getattr(compile_data, "executors_list", ()))
+
+
 def active_core_executor() -> ThunderplugExecutor | None:
     """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used."""
     compile_data = get_compile_data()

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import thunder
 import torch
+from thunder.core import transform_common
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -24,7 +26,8 @@ from thunder.torch.experimental import dtensor_proxy
 
 from thunderplug import distributed, thunderfx
 from thunderplug.subclass import interception
-from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map
+from thunderplug.subclass.executor import active_core_executor, uses_core_executor
+from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map, speedups
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,20 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunderfx: thunder's splitter cannot flatten tensor-subclass example values; a Dynamo graph with "
         "subclass inputs and thunderplug's executors is compiled whole by `thunder.jit` instead.",
+    ),
+    Patch(
+        "GC paused while compiling", thunder, "_with_cache_info_ctx",
+        lambda original: speedups.paused_gc_while_compiling(original, uses_core_executor), "discover() compilations",
+        "a compilation keeps nearly everything it allocates until it ends, so the garbage collector runs ~1000 "
+        "times over a growing heap for nothing (~10% of a first call): it is off during thunder's "
+        "`get_computation_and_inputs` of functions jitted with thunderplug's executors, on again afterwards.",
+    ),
+    Patch(
+        "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
+        lambda original: speedups.remove_noop_subsymbols(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder's `dce` prunes no-op subsymbols asking, per subsymbol, whether the parent's whole subtree is "
+        "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent.",
     ),
     Patch(
         "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",

@@ -1,0 +1,103 @@
+"""Replacements that make compilations with ``discover()``'s executors cheaper without changing
+what they produce (issue 14: the first call of a float8 GPT against plain thunder's).
+
+* **No garbage collection while compiling.** A compilation allocates hundreds of thousands of
+  objects (proxies, bound symbols, traces) that stay alive until it ends, so the collector runs
+  about a thousand times over a growing heap and frees almost nothing: ~10% of a first call. It is
+  switched off for the duration of thunder's ``get_computation_and_inputs`` (cache lookup, and
+  compilation on a miss) of functions jitted with thunderplug's executors, and back on afterwards
+  (nested and concurrent compilations counted, so it is on again once the last one ends, and never
+  switched on when the user had it off).
+* **dce without quadratic pruning.** thunder's ``_remove_noop_subsymbols`` asks, for every
+  subsymbol, whether the *parent's* whole subtree carries ``DONT_DCE``; on the deep subsymbol trees
+  of unrolled subclass ops that is quadratic. The replacement asks once per parent; it keeps the
+  same subsymbols (or, where a tagged leaf composite was pruned earlier in the same loop, more).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from thunder.core.prims import OpTags
+from thunder.core.symbol import BoundSymbol, has_tags
+
+_gc_lock = threading.Lock()
+_gc_state = {"depth": 0, "switched_off": False}
+
+
+def paused_gc_while_compiling(original: Callable[..., Any], uses_thunderplug: Callable[[Any], bool]) -> Callable:
+    """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
+    when ``thunder.jit`` is called), wrapping also a pause of the garbage collector for jitted functions
+    whose executors ``uses_thunderplug``; the compile data is read from the function's closure."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wrapped = original(fn)
+        compile_data_ref = _closure_value(fn, "weakref_cd")
+        if compile_data_ref is None:
+            return wrapped
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            compile_data = compile_data_ref()
+            if compile_data is None or not uses_thunderplug(compile_data):
+                return wrapped(*args, **kwargs)
+            _pause_gc()
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                _resume_gc()
+
+        return call
+
+    return decorate
+
+
+def _closure_value(fn: Callable[..., Any], name: str) -> Any:
+    code = getattr(fn, "__code__", None)
+    if code is None or name not in code.co_freevars or fn.__closure__ is None:
+        return None
+    return fn.__closure__[code.co_freevars.index(name)].cell_contents
+
+
+def _pause_gc() -> None:
+    with _gc_lock:
+        if _gc_state["depth"] == 0:
+            _gc_state["switched_off"] = gc.isenabled()
+            gc.disable()
+        _gc_state["depth"] += 1
+
+
+def _resume_gc() -> None:
+    with _gc_lock:
+        _gc_state["depth"] -= 1
+        if _gc_state["depth"] == 0 and _gc_state["switched_off"]:
+            _gc_state["switched_off"] = False
+            gc.enable()
+
+
+def remove_noop_subsymbols(original: Callable[[BoundSymbol], None], active: Callable[[], bool]) -> Callable:
+    """thunder's ``transform_common._remove_noop_subsymbols`` (called by ``dce`` on every kept bound
+    symbol), with the parent's ``DONT_DCE`` question asked once instead of once per subsymbol."""
+
+    def replacement(bsym: BoundSymbol) -> None:
+        if not active():
+            return original(bsym)
+        _prune(bsym)
+        return None
+
+    return replacement
+
+
+def _prune(bsym: BoundSymbol) -> None:
+    keeps_constant_outputs = has_tags(bsym, {OpTags.DONT_DCE})
+    kept = []
+    for sub in bsym.subsymbols:
+        if not sub.subsymbols and not sub.sym.is_prim:
+            continue  # a composite that decomposed into nothing
+        if not keeps_constant_outputs and not any(o is not None for o in sub.flat_proxy_outs):
+            continue  # only constant outputs
+        _prune(sub)
+        kept.append(sub)
+    bsym.subsymbols = kept
