@@ -139,39 +139,6 @@ def dtensor_api_inside_jit(rank, world_size):
     return {"eager": run(f), "compiled": attempt(lambda: run(jit(f)))}
 
 
-def distribute_tensor_2d_mesh(rank, world_size):
-    """``distribute_tensor`` on a 2 x (world_size / 2) mesh inside the jitted function: every
-    combination of Shard and Replicate on both mesh dimensions, uneven chunks, a weight that
-    differs on every rank (each rank's local tensor comes from the rank at coordinate (0, 0)), and a
-    gradient through ``from_local`` and ``redistribute`` on the same mesh."""
-    device_mesh = init_device_mesh("cpu", (2, world_size // 2))
-    row = device_mesh.get_coordinate()[0]
-    placements = [[Shard(0), Replicate()], [Replicate(), Shard(1)], [Shard(0), Shard(1)], [Shard(1), Shard(1)]]
-
-    def f(x, w):
-        d = DTensor.from_local(x, device_mesh, [Shard(0), Replicate()])
-        full = d.redistribute(device_mesh, [Replicate(), Replicate()])
-        y = torch.relu(full @ distribute_tensor(w, device_mesh, [Replicate(), Shard(1)]))
-        parts = [distribute_tensor(w, device_mesh, p).to_local() for p in placements]
-        return y.to_local() * 2, parts
-
-    def run(fn):
-        record = {"losses": [], "grads": []}
-        for step in range(3):
-            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + row), requires_grad=True)
-            w = torch.randn(8, 6, generator=torch.Generator().manual_seed(100 * step + rank))
-            out, parts = fn(x, w)
-            loss = (out * out).sum()
-            loss.backward()
-            record["losses"].append(loss.detach())
-            record["grads"].append(
-                {"x": plain(x.grad), "out": out.detach()} | {f"part{i}": p for i, p in enumerate(parts)}
-            )
-        return record
-
-    return {"eager": run(f), "compiled": attempt(lambda: run(jit(f)))}
-
-
 def dtensor_inputs(rank, world_size):
     """DTensors made outside, passed to the jitted function: ops, a reduction, gradients."""
     device_mesh = mesh(world_size)
