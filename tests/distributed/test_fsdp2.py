@@ -19,10 +19,19 @@ CASES = [
     "float8_all_gather",
     "float8_all_gather_precomputed_scales",
 ]
-job = distributed_job("fsdp2_cases", CASES)
+job = distributed_job("fsdp2_cases", [*CASES, "jit_of_a_model_with_sharded_blocks"])
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_matches_eager_fsdp2_bit_for_bit(job, case):
     for result in results_of(job, case):
         assert_runs_match(result["compiled"], result["eager"])
+
+
+def test_jitting_a_model_whose_blocks_are_sharded_is_refused_clearly(job):
+    for result in results_of(job, "jit_of_a_model_with_sharded_blocks"):
+        assert len(result["eager"]["losses"]) >= 3  # eager FSDP2 trains it
+        assert result["refused"] is not None, "compiled: neither refused nor checked against eager"
+        name, message = result["refused"]
+        assert name == "FSDPInsideJitError", message
+        assert "fully_shard FSDPSequential inside the jitted module" in message and "thunder.jit(block" in message

@@ -175,7 +175,37 @@ def distributed_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
     """Executor lookasides for the core executor of a ``discover()`` list: functional collectives
     through ``table`` (:func:`collective_lookasides`), DTensor's API as ops traced on fakes
     (:func:`dtensor_lookasides`), profiler ranges dropped (:func:`profiler_range_lookasides`)."""
-    return {**collective_lookasides(table), **dtensor_lookasides(), **profiler_range_lookasides()}
+    return {
+        **collective_lookasides(table),
+        **dtensor_lookasides(),
+        **profiler_range_lookasides(),
+        **fsdp_hook_lookasides(),
+    }
+
+
+class FSDPInsideJitError(NotImplementedError):
+    """FSDP2's forward hooks of a module inside the jitted one would be traced."""
+
+
+def fsdp_hook_lookasides() -> dict[Any, Callable[..., Any]]:
+    """FSDP2's pre-forward hook reached while tracing: a ``fully_shard`` module *inside* the jitted
+    one (``thunder.jit(model)`` after ``fully_shard`` of its blocks), whose hooks cannot be moved
+    around the compiled call (:func:`hoist_fsdp_hooks` moves only the jitted module's own). The hook
+    all-gathers into storage FSDP resizes and swaps the block's parameters mid-program, which
+    thunder's trace (parameters read once, in the prologue) cannot follow; stock thunder fails on
+    ``Unknown attribute itemsize``. Refused by name, with the orders that work."""
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    def refuse(state: Any, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        raise FSDPInsideJitError(
+            f"thunder.jit reached the FSDP2 forward hook of a fully_shard {type(module).__name__} inside the jitted "
+            "module: FSDP2's hooks run eagerly only around the jitted module itself. Jit each "
+            "sharded block instead, before or after fully_shard: `block = thunder.jit(block, ...); fully_shard(block)` "
+            "(torchtitan's order) or `fully_shard(block); block = thunder.jit(block, ...)`; then fully_shard(model) "
+            "without jitting the root (docs/distributed.md)"
+        )
+
+    return {FSDPState._pre_forward: refuse}
 
 
 def profiler_range_lookasides() -> dict[Any, Callable[..., Any]]:
