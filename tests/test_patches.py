@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import thunder
 import torch
 from thunder.core import jit_ext
@@ -240,3 +241,48 @@ def test_dce_pruning_keeps_what_thunders_keeps():
         ours = dce(trace).bound_symbols
     assert shape(ours) == shape([b for b in theirs if b.sym.name in {o.sym.name for o in ours}])
     assert any(b.subsymbols for b in ours)
+def _branches_on_is_compiling(x):
+    return x + 1 if not torch.compiler.is_compiling() else x - 1
+
+
+def test_is_compiling_is_false_as_in_eager():
+    x = torch.randn(3)
+    torch.testing.assert_close(thunder.jit(_branches_on_is_compiling, executors=thunderplug.discover())(x), x + 1)
+
+
+def test_stock_thunder_answers_is_compiling_true():
+    """What the patch changes: stock thunder takes the branch written for Dynamo + Inductor."""
+    x = torch.randn(3)
+    torch.testing.assert_close(thunder.jit(_branches_on_is_compiling)(x), x - 1)
+
+
+class _ShiftBits(torch.autograd.Function):
+    """An in-place op on a view inside a Function's forward (torchao MX's fp4 packing does this)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        bits = (x * 2).view(torch.int32)
+        bits -= 1
+        return bits.view(torch.float32) + x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+def _shift_bits_sum(x):
+    return _ShiftBits.apply(x).sum()
+
+
+@pytest.mark.parametrize("executors", ["stock", "discover"])
+def test_in_place_ops_in_a_function_forward(executors):
+    """thunder 0.2.6 alone: "Detected a cycle while swapping" (alias updates reuse the forward's names)."""
+    thunderplug.discover()
+    x = torch.randn(8, requires_grad=True)
+    expected = _shift_bits_sum(x)
+    (expected_grad,) = torch.autograd.grad(expected, x)
+    jitted = thunder.jit(_shift_bits_sum, **({"executors": thunderplug.discover()} if executors == "discover" else {}))
+    actual = jitted(x)
+    (actual_grad,) = torch.autograd.grad(actual, x)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(actual_grad, expected_grad, rtol=0, atol=0)

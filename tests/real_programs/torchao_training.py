@@ -90,19 +90,6 @@ def _recipe(name: str, **overrides):
 # -- MX formats (emulated gemms) ------------------------------------------------------------------
 
 
-#: why MX linears fail under discover() (the limit in docs/subclasses.md)
-MX_STRIDES = (
-    "thunder proxies carry no strides: MXTensor.t() transposes the inner qdata at run time, but the next op "
-    "(mm) is traced on contiguous fakes, so torchao's emulated gemm assertion b_hp.t().is_contiguous() fails"
-)
-#: why to_mx inside jitted code computes other values than eager
-MX_IS_COMPILING = (
-    "thunder's lookaside makes torch.compiler.is_compiling() True, so torchao's to_mx skips the saturating "
-    "clamp it applies in eager (it relies on triton's saturated cast); thunder runs the eager, unsaturated "
-    "float8 cast, so values past 448 become NaN where eager gives 448"
-)
-
-
 def _mx_model(elem_dtype, train: bool):
     def build() -> Program:
         from torchao.prototype.mx_formats import MXLinearConfig
@@ -122,7 +109,7 @@ def _mean_square(output: torch.Tensor) -> torch.Tensor:
     return (output * output).mean()
 
 
-@case("MX/MXTensor-direct/dequantize-matmul", xfail=MX_IS_COMPILING)
+@case("MX/MXTensor-direct/dequantize-matmul")
 def _mx_tensor_direct() -> Program:
     def fn(x, w):
         from torchao.prototype.mx_formats.mx_tensor import MXTensor
@@ -148,19 +135,9 @@ CASES: list[Case] = [
         trains="sgd",
     ),
     Case("float8-training/rowwise", _float8_recipe(_recipe("rowwise"), torch.bfloat16), trains="sgd"),
-    Case(
-        "MX/mxfp8-e4m3/training",
-        _mx_model(torch.float8_e4m3fn, True),
-        trains="sgd",
-        loss=_mean_square,
-        xfail=MX_STRIDES,
-    ),
-    Case(
-        "MX/mxfp8-e5m2/training", _mx_model(torch.float8_e5m2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES
-    ),
-    Case("MX/mxfp8-e4m3/inference", _mx_model(torch.float8_e4m3fn, False), xfail=MX_STRIDES),
-    Case(
-        "MX/mxfp4/training", _mx_model(torch.float4_e2m1fn_x2, True), trains="sgd", loss=_mean_square, xfail=MX_STRIDES
-    ),
+    Case("MX/mxfp8-e4m3/training", _mx_model(torch.float8_e4m3fn, True), trains="sgd", loss=_mean_square),
+    Case("MX/mxfp8-e5m2/training", _mx_model(torch.float8_e5m2, True), trains="sgd", loss=_mean_square),
+    Case("MX/mxfp8-e4m3/inference", _mx_model(torch.float8_e4m3fn, False)),
+    Case("MX/mxfp4/training", _mx_model(torch.float4_e2m1fn_x2, True), trains="sgd", loss=_mean_square),
     _mx_tensor_direct,
 ]

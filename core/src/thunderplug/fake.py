@@ -33,13 +33,53 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+# -- memory layouts: thunder proxies carry no strides, so thunderplug notes the ones it knows ----------
+
+#: the attribute of a thunder proxy holding the memory order thunderplug knows for it
+_MEMORY_ORDER = "thunderplug_memory_order"
+
+
+def memory_order(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dims of a dense, non-overlapping tensor from outermost to innermost in memory (a
+    transposed matrix: ``(1, 0)``), or ``None`` when the layout is contiguous or not dense (a
+    slice with gaps, an expanded dim): those are traced as contiguous."""
+    order = tuple(sorted(range(len(shape)), key=lambda dim: -stride[dim]))  # stable: ties keep dim order
+    if order == tuple(range(len(shape))):
+        return None
+    dense = contiguous_strides(tuple(shape[dim] for dim in order))
+    if any(shape[dim] != 1 and stride[dim] != expected for dim, expected in zip(order, dense)):
+        return None
+    return order
+
+
+def set_memory_order(proxy: TensorProxy, order: tuple[int, ...] | None) -> None:
+    """Note the layout of the tensor ``proxy`` stands for (``memory_order`` of a real or fake one)."""
+    setattr(proxy, _MEMORY_ORDER, order)
+
+
+def memory_order_of(proxy: TensorProxy) -> tuple[int, ...] | None:
+    """The layout noted for ``proxy``; ``None`` (contiguous) where none was."""
+    return getattr(proxy, _MEMORY_ORDER, None)
+
+
+def strides_in_order(shape: tuple[int, ...], order: tuple[int, ...] | None) -> tuple[int, ...]:
+    if order is None:
+        return contiguous_strides(shape)
+    dense = contiguous_strides(tuple(shape[dim] for dim in order))
+    strides = [0] * len(shape)
+    for dim, stride in zip(order, dense):
+        strides[dim] = stride
+    return tuple(strides)
+
+
 def fake_like(proxy: TensorProxy) -> torch.Tensor:
-    """A FakeTensor with the proxy's shape, dtype and device (thunder proxies carry no strides)."""
+    """A FakeTensor with the proxy's shape, dtype, device and noted memory layout (contiguous
+    where none was noted: thunder proxies carry no strides)."""
     shape = tuple(int(s) for s in proxy.shape)
     with fake_mode():
         return torch.empty_strided(
             shape,
-            contiguous_strides(shape),
+            strides_in_order(shape, memory_order_of(proxy)),
             dtype=dtypes.to_torch_dtype(proxy.dtype),
             device=devices.to_torch_device(proxy.device),
         )
@@ -72,10 +112,10 @@ def to_fake(tree: Any) -> Any:
 
 def value_key(value: Any) -> Any:
     """How one argument enters a cache key of traced ops: a tensor by its shape, dtype, device and
-    requires_grad, a number or constant by its value (containers frozen). Raises ``TypeError`` for
-    what cannot be a key (a real tensor constant)."""
+    requires_grad and noted memory layout, a number or constant by its value (containers frozen).
+    Raises ``TypeError`` for what cannot be a key (a real tensor constant)."""
     if isinstance(value, TensorProxy):
-        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad, memory_order_of(value))
     if isinstance(value, NumberProxy):
         return ("number", type(value.value), value.value)
     return ("constant", type(value), frozen(value))

@@ -21,6 +21,7 @@ from thunder.core.trace import get_tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.aten import user_location
+from thunderplug.fake import memory_order, set_memory_order
 from thunderplug.recompiles import note_subclass_input
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
@@ -120,6 +121,7 @@ def _subclass_proxy(x: torch.Tensor, name: str | None, history: Any) -> Subclass
             inner[attr] = _subclass_proxy(value, inner_name, inner_history)
         else:
             inner[attr] = tensorproxy(value, name=inner_name, history=inner_history)
+            set_memory_order(inner[attr], memory_order(tuple(value.shape), value.stride()))
     return SubclassTensorProxy(layout, inner, outer=x, name=name, history=history)
 
 
@@ -250,5 +252,21 @@ def dtype_property(original: Callable[..., Any]) -> Callable[..., Any]:
         if active_core_executor() is None:
             return original(*args, **kwargs)
         return as_torch(*args, **kwargs)
+
+    return replacement
+
+
+def is_compiling(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compiler.is_compiling()`` inside jitted code is False, as in eager: thunder 0.2.6
+    answers True, and libraries then take the branch written for Dynamo + Inductor. torchao's
+    ``to_mx`` skips its saturating clamp there (Inductor's float8 cast saturates, eager's does
+    not), so values past the float8 range became NaN where eager gives the largest float8 value.
+    thunder executes eager kernels, so the eager branch is the one whose numbers it reproduces."""
+    eager_answer = interpreter_needs_wrap(lambda: False)
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if active_core_executor() is None:
+            return original(*args, **kwargs)
+        return eager_answer(*args, **kwargs)
 
     return replacement

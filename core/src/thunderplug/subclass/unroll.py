@@ -5,10 +5,12 @@ Output metadata comes from that fake run, never from guessing. The graph of one 
 on its arguments' metadata (shapes, dtypes, devices, requires_grad, subclass layouts, constants),
 so it is traced once per metadata key and process, and replayed for every call.
 
-Fakes are contiguous (thunder proxies carry no strides), so graphs that depend on their inputs'
-strides (``aten.view``, ``_scaled_mm`` layouts) make their plain inputs contiguous first: a no-op
-for contiguous tensors at run time, and a copy for the others, such as a transposed gradient.
-AOTAutograd meets the same problem by coercing runtime tangents to the traced memory format.
+thunder proxies carry no strides, so the core notes the memory layout of the tensors it knows
+(subclass inputs' inner tensors, the outputs of unrolled graphs: ``MXTensor.t()`` transposes its
+inner data) on their proxies, and fakes take it; other proxies, such as cotangents, are traced as
+contiguous. Graphs that depend on their inputs' strides (``aten.view``, ``_scaled_mm`` layouts)
+coerce their plain inputs to the traced layouts first: a no-op at run time where the layout is as
+traced, a copy elsewhere (a transposed gradient). AOTAutograd coerces runtime tangents the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.compilation import current_record
-from thunderplug.fake import fake_like, fake_mode, frozen, hashable_or_none, to_fake, value_key
+from thunderplug.fake import (
+    fake_like,
+    fake_mode,
+    frozen,
+    hashable_or_none,
+    memory_order,
+    memory_order_of,
+    set_memory_order,
+    to_fake,
+    value_key,
+)
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
 
@@ -40,12 +52,15 @@ class SubclassDispatchError(RuntimeError):
 
 @dataclass(frozen=True)
 class UnrolledOp:
-    """One traced op: its ATen graph over the plain leaves of its arguments, and its outputs."""
+    """One traced op: its ATen graph over the plain leaves of its arguments, and its outputs, with
+    the memory orders (``fake.memory_order``) of the graph's input and output leaves."""
 
     graph: torch.fx.GraphModule
     out_spec: Any
     plans: tuple[OutputPlan, ...]
     stride_sensitive: bool
+    in_orders: tuple[tuple[int, ...] | None, ...]
+    out_orders: tuple[tuple[int, ...] | None, ...]
 
 
 #: ATen ops whose result or validity depends on their inputs' strides.
@@ -79,8 +94,12 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     unrolled = _unrolled(display, torch_fn, table, flat, spec)
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     if unrolled.stride_sensitive:
-        leaves = [ltorch.contiguous(leaf) for leaf in leaves]
-    out_leaves = iter(_replay(unrolled.graph, leaves, table, display))
+        leaves = [_in_layout(leaf, order) for leaf, order in zip(leaves, unrolled.in_orders)]
+    replayed = _replay(unrolled.graph, leaves, table, display)
+    for leaf, order in zip(replayed, unrolled.out_orders):
+        if isinstance(leaf, TensorProxy):
+            set_memory_order(leaf, order)
+    out_leaves = iter(replayed)
     outputs = [build(plan, out_leaves) for plan in unrolled.plans]
     return torch_pytree.tree_unflatten(outputs, unrolled.out_spec)
 
@@ -126,7 +145,9 @@ def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: l
         result = torch_fn(*fake_args, **fake_kwargs)
         out_flat, found["out_spec"] = torch_pytree.tree_flatten(result)
         found["plans"] = tuple(plan_of(o) for o in out_flat)
-        return [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in tensor_leaves(o)]
+        out_leaves = [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in tensor_leaves(o)]
+        found["out_orders"] = tuple(memory_order(tuple(t.shape), t.stride()) for t in out_leaves)
+        return out_leaves
 
     try:
         with fake_mode():
@@ -136,7 +157,17 @@ def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: l
             f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}"
         ) from error
     sensitive = any(node.op == "call_function" and node.target in _STRIDE_SENSITIVE for node in graph.graph.nodes)
-    return UnrolledOp(graph, found["out_spec"], found["plans"], sensitive)
+    in_orders = tuple(memory_order_of(leaf) for leaf in leaves)
+    return UnrolledOp(graph, found["out_spec"], found["plans"], sensitive, in_orders, found["out_orders"])
+
+
+def _in_layout(leaf: TensorProxy, order: tuple[int, ...] | None) -> TensorProxy:
+    """``leaf`` with the memory layout its graph was traced for (views and a no-op ``contiguous``
+    where it has it already)."""
+    if order is None:
+        return ltorch.contiguous(leaf)
+    inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+    return ltorch.permute(ltorch.contiguous(ltorch.permute(leaf, order)), inverse)
 
 
 def _proxy_leaves(proxy: TensorProxy) -> list[TensorProxy]:
@@ -220,6 +251,8 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
                     f"{display}: the subclass's dispatch produced {node.target}, which is not an ATen op"
                     f"{user_location()}"
                 )
+        elif node.op == "get_attr":
+            env[node] = _constant(getattr(graph, node.target), display)
         elif node.op == "output":
             return list(torch.fx.node.map_arg(node.args[0], env.__getitem__))
         else:
@@ -228,3 +261,18 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
                 "thunderplug replays only ATen calls"
             )
     raise AssertionError("fx graph without output")
+
+
+#: the most elements a tensor constant of a dispatch may have to be written into the trace
+_MAX_CONSTANT_NUMEL = 4096
+
+
+def _constant(value: Any, display: str) -> Any:
+    """A tensor the dispatch built from Python data (torchao's ``torch.tensor(bits, dtype=torch.int32)``),
+    which make_fx keeps as a graph constant: recorded as ``torch.tensor(values)`` in the trace."""
+    if not isinstance(value, torch.Tensor) or value.numel() > _MAX_CONSTANT_NUMEL:
+        raise SubclassDispatchError(
+            f"{display}: the subclass's dispatch uses a constant {type(value).__name__} "
+            f"{tuple(getattr(value, 'shape', ()))} thunderplug cannot write into a trace{user_location()}"
+        )
+    return ltorch.tensor(value.tolist(), device=value.device, dtype=value.dtype)

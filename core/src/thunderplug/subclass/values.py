@@ -22,7 +22,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.executors.pythonex import ex as pythonex
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.fake import fake_like, fake_mode
+from thunderplug.fake import fake_like, fake_mode, memory_order, memory_order_of, set_memory_order
 
 
 class SubclassLayout:
@@ -103,7 +103,7 @@ class SubclassTensorProxy(TensorProxy):
         result = SubclassTensorProxy.__new__(SubclassTensorProxy)
         result.__dict__.update(plain.__dict__)
         result.layout = self.layout
-        result.inner = {name: type(p)(like=p) for name, p in self.inner.items()}
+        result.inner = {name: _renamed(p) for name, p in self.inner.items()}
         return result
 
     def fake(self) -> torch.Tensor:
@@ -136,6 +136,13 @@ class SubclassTensorProxy(TensorProxy):
                 )
             return value
         return super().__getattr__(name)
+
+
+def _renamed(proxy: TensorProxy) -> TensorProxy:
+    """A fresh proxy for the same tensor (same metadata and noted memory layout)."""
+    renamed = type(proxy)(like=proxy)
+    set_memory_order(renamed, memory_order_of(proxy))
+    return renamed
 
 
 def _defined_by_subclass(cls: type, name: str) -> bool:
@@ -172,7 +179,7 @@ subclass_unflatten = pythonex.register_operator("subclass_unflatten", meta=_unfl
 
 
 def _flatten_meta(value: SubclassTensorProxy, layout: SubclassLayout) -> tuple[TensorProxy, ...]:
-    return tuple(type(inner)(like=inner) for inner in value.inner.values())
+    return tuple(_renamed(inner) for inner in value.inner.values())
 
 
 def _flatten(value: torch.Tensor, layout: SubclassLayout) -> tuple[torch.Tensor, ...]:
@@ -232,7 +239,9 @@ class InputGuard:
 
 
 def _tensor_metadata(tensor: torch.Tensor) -> tuple:
-    return (tuple(tensor.shape), tensor.dtype, tensor.device, tensor.requires_grad)
+    """What the traces of ops on an inner tensor depend on (its memory order too: ``fake_like``)."""
+    shape = tuple(tensor.shape)
+    return (shape, tensor.dtype, tensor.device, tensor.requires_grad, memory_order(shape, tensor.stride()))
 
 
 def _check_subclass(value: Any, guard: InputGuard) -> None:

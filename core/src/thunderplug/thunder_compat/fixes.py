@@ -1,4 +1,4 @@
-"""Replacements for two thunder 0.2.6 bugs that are not about subclasses (always active: each
+"""Replacements for three thunder 0.2.6 bugs that are not about subclasses (always active: each
 only turns a crash or a wrong gradient into what eager PyTorch does)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 from thunder.core.codeutils import SigInfo
 from thunder.core.interpreter import interpreter_needs_wrap, unwrap, wrap_const
 from thunder.core.proxies import ProxyInterface, TensorProxy
+from thunder.core.trace import TraceCtx
 
 
 def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,3 +51,25 @@ def _detach_outputs(output: Any, indices: tuple) -> Any:
             ltorch.detach(o) if i in indices and isinstance(o, TensorProxy) else o for i, o in enumerate(output)
         )
     return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output
+
+
+def insert_alias_updates(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder builds the augmented forward of an ``autograd.Function`` in a fresh trace that knows
+    none of the names its ops use, so the alias updates it inserts for in-place ops (torchao's
+    ``denormal_x -= mask`` in ``_f32_to_floatx_unpacked``) can reuse one (``Variable t5 is being
+    overwritten``): the trace's names are reserved first."""
+
+    def replacement(trace: TraceCtx, alias_tensor_indices: list[list[int]]) -> TraceCtx:
+        trace.names.update(_names_in(trace.bound_symbols))
+        trace.names.update(arg.name for arg in trace.args if isinstance(arg, ProxyInterface))
+        return original(trace, alias_tensor_indices)
+
+    return replacement
+
+
+def _names_in(bound_symbols: list) -> set[str]:
+    names: set[str] = set()
+    for bsym in bound_symbols:
+        names.update(p.name for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs))
+        names.update(_names_in(bsym.subsymbols))
+    return names

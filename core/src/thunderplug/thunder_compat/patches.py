@@ -17,7 +17,7 @@ from typing import Any
 
 import thunder
 import torch
-from thunder.core import transform_common
+from thunder.core import transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -105,6 +105,13 @@ PATCHES: tuple[Patch, ...] = (
         "`x.dtype == torch.float32` is False under stock thunder).",
     ),
     Patch(
+        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling, interception.is_compiling,
+        "discover() compilations",
+        "`torch.compiler.is_compiling()` is False inside jitted code, as in eager: libraries branch on it for "
+        "Dynamo + Inductor (torchao's `to_mx` skips its saturating clamp, relying on Inductor's saturated float8 "
+        "cast), while thunder runs eager kernels, so only the eager branch reproduces eager's numbers.",
+    ),
+    Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
         "discover() compilations",
         "thunderfx: thunder's splitter cannot flatten tensor-subclass example values; a Dynamo graph with "
@@ -133,6 +140,12 @@ PATCHES: tuple[Patch, ...] = (
         "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
         fixes.autograd_function_apply, "always",
         "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+    ),
+    Patch(
+        "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
+        "thunder bug: the augmented forward of an autograd.Function is a fresh trace that knows none of its ops' "
+        "names, so alias updates for its in-place ops can reuse one (`Variable t5 is being overwritten`); the "
+        "trace's names are reserved first.",
     ),
 )
 
