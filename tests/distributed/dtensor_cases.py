@@ -112,6 +112,55 @@ def tensor_parallel_float8(rank, world_size):
     return _tensor_parallel(rank, world_size, float8=True)
 
 
+class NormBlock(torch.nn.Module):
+    """A residual block with a LayerNorm, as transformer blocks have."""
+
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.ff = torch.nn.Sequential(
+            torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width)
+        )
+
+    def forward(self, x):
+        return x + self.ff(self.norm(x))
+
+
+def sequence_parallel(rank, world_size):
+    """torchtitan's plan with sequence parallelism: the norm on sequence shards, an all-gather
+    into the column-parallel linear, a reduce-scatter out of the row-parallel one."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    device_mesh = mesh(world_size)
+    plan = {
+        "norm": SequenceParallel(),
+        "ff": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "ff.0": ColwiseParallel(),
+        "ff.2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+    }
+    g = torch.Generator().manual_seed(5)  # the same global batch on every rank; each takes its sequence shard
+    data = [(torch.randn(2, 8, 32, generator=g), torch.randn(2, 8, 32, generator=g)) for _ in range(3)]
+
+    def loss_of(module, x, target):
+        def shard(t):
+            return DTensor.from_local(t.chunk(world_size, dim=1)[rank], device_mesh, [Shard(1)])
+
+        return (module(shard(x)) - shard(target)).pow(2).mean()
+
+    model = NormBlock()
+    eager = train(parallelize_module(copy.deepcopy(model), device_mesh, plan), data, loss=loss_of)
+    compiled = attempt(
+        lambda: train(jit(parallelize_module(copy.deepcopy(model), device_mesh, plan)), data, loss=loss_of)
+    )
+    return {"eager": eager, "compiled": compiled}
+
+
 def dtensor_api_inside_jit(rank, world_size):
     """from_local, redistribute, to_local and distribute_tensor inside the jitted function."""
     device_mesh = mesh(world_size)

@@ -60,6 +60,19 @@ def fully_shard_then_jit_float8(rank, world_size):
     return _compare(rank, True, compile_after=True)
 
 
+def activation_checkpointing_float8(rank, world_size):
+    """torchtitan's order with activation checkpointing: ``checkpoint_wrapper(block)``, jit, ``fully_shard``."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    model = blocks(float8=True)
+    data = batches(rank, 32, 32)
+    runs = {}
+    for key, compile_block in (("eager", lambda block: block), ("compiled", jit)):
+        sharded = shard(copy.deepcopy(model), compile_block=lambda block, c=compile_block: c(checkpoint_wrapper(block)))
+        runs[key] = train(sharded, data)
+    return runs
+
+
 def _float8_all_gather(rank, precompute: bool):
     """torchao's float8 all-gather: weights cast to float8 before FSDP2 gathers them."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp

@@ -28,6 +28,7 @@ CASES = [
     "dtensor_mlp",
     "distribute_module_with_input_fn",
     "tensor_parallel_float8",
+    "sequence_parallel",
 ]
 COLLECTIVES = ["functional_collective_overloads", "functional_collective_packets", "funcol_with_gradients"]
 job = distributed_job("dtensor_cases", CASES + COLLECTIVES)

@@ -18,6 +18,7 @@ CASES = [
     "fully_shard_then_jit_float8",
     "float8_all_gather",
     "float8_all_gather_precomputed_scales",
+    "activation_checkpointing_float8",
 ]
 job = distributed_job("fsdp2_cases", [*CASES, "jit_of_a_model_with_sharded_blocks"])
 
