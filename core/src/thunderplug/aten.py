@@ -53,6 +53,7 @@ _lock = threading.RLock()
 _symbols: dict[OpOverload, Symbol] = {}  # one symbol per registered overload per process
 _specs: dict[OpOverload, AtenOp] = {}
 _fallbacks: dict[OpOverload, Symbol] = {}  # one fallback symbol per unregistered overload per process
+_without_derivative: set[str] = set()  # ids of registered symbols whose ops have no derivative
 
 
 class AtenMetadataError(AssertionError):
@@ -93,6 +94,7 @@ def symbol_for(op: AtenOp) -> Symbol:
         )
         if not op.differentiable:
             _register_without_derivative(symbol, op.qualified_name)
+            _without_derivative.add(symbol.id)
         _symbols[op.overload] = symbol
         _specs[op.overload] = op
         return symbol
@@ -277,6 +279,25 @@ def _remember_location(name: str, args: tuple, kwargs: dict) -> None:
         known = record.source_locations.get(key, "")
         if location not in known:  # two calls that look alike: name both lines
             record.source_locations[key] = f"{known[:-1]} or{location[4:]}" if known else location
+
+
+def note_call(symbol: Symbol, args: tuple, kwargs: dict) -> None:
+    """What calling ``symbol`` records in the compilation in progress (that a fallback ran; the user's
+    line of an op without derivative), for a call replayed from bound symbols recorded earlier
+    instead of run through the symbol's meta."""
+    if is_fallback(symbol):
+        name = symbol.id[len(FALLBACK_PREFIX) :]
+        record = current_record()
+        if record is not None:
+            record.fallbacks.add(name)
+        _remember_location(name, args, kwargs)
+    elif symbol.id in _without_derivative:
+        _remember_location(str(symbol.id), args, kwargs)
+
+
+def records_calls(symbol: Symbol) -> bool:
+    """Whether calling ``symbol`` records something in the compilation (see :func:`note_call`)."""
+    return is_fallback(symbol) or symbol.id in _without_derivative
 
 
 def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:

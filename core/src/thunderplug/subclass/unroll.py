@@ -27,6 +27,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
+from thunder.core.trace import get_tracectx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunderplug.aten import AtenTable, user_location
@@ -42,6 +43,7 @@ from thunderplug.fake import (
     to_fake,
     value_key,
 )
+from thunderplug.subclass import replay
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
 
@@ -225,6 +227,31 @@ def _plain_containers(value: Any) -> Any:
 
 
 def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
+    """Record the graph's ATen calls on ``leaves`` in the current trace scope; return its outputs.
+    A graph replayed before on inputs of the same metadata has its bound symbols copied
+    (``replay``), not its ATen symbols called again."""
+    trace = get_tracectx()
+    scope = trace.peek_scope() if trace is not None else None
+    key = replay.replay_key(leaves)
+    recording = replay.recorded(graph, key)
+    if recording is not None and scope is not None:
+        bsyms, outputs = replay.copy_into(recording, trace, leaves)
+        scope.extend(bsyms)
+        return outputs
+    if scope is None:
+        return _call_graph(graph, leaves, table, display)
+    recorded: list = []
+    trace.push_scope(recorded)
+    try:
+        outputs = _call_graph(graph, leaves, table, display)
+    finally:
+        trace.pop_scope()
+    scope.extend(recorded)
+    replay.record(graph, key, leaves, recorded, outputs)
+    return outputs
+
+
+def _call_graph(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
     env: dict[torch.fx.Node, Any] = {}
     inputs = iter(leaves)
     for node in graph.graph.nodes:

@@ -64,3 +64,11 @@ def ltorch_private(name: str) -> Any:
     import thunder.torch as ltorch
 
     return getattr(ltorch, name)
+
+
+def bound_symbol_context(trace: Any) -> tuple[str, Any, Any]:
+    """What ``Symbol.bind`` stamps on a new bound symbol: the header of the user's source line and
+    the trace's current source file and positions (for bound symbols made without calling a symbol)."""
+    from thunder.core.symbol import _bsym_header
+
+    return _bsym_header.get(), trace._current_source_filename, trace._current_source_positions

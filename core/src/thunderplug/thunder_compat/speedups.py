@@ -7,7 +7,8 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   switched off for the duration of thunder's ``get_computation_and_inputs`` (cache lookup, and
   compilation on a miss) of functions jitted with thunderplug's executors, and back on afterwards
   (nested and concurrent compilations counted, so it is on again once the last one ends, and never
-  switched on when the user had it off).
+  switched on when the user had it off). The survivors are then moved to the oldest generation
+  (``gc.freeze(); gc.unfreeze()``, unless the user froze objects), as a full collection would.
 * **dce without quadratic pruning.** thunder's ``_remove_noop_subsymbols`` asks, for every
   subsymbol, whether the *parent's* whole subtree carries ``DONT_DCE``; on the deep subsymbol trees
   of unrolled subclass ops that is quadratic. The replacement asks once per parent; it keeps the
@@ -74,6 +75,11 @@ def _resume_gc() -> None:
         _gc_state["depth"] -= 1
         if _gc_state["depth"] == 0 and _gc_state["switched_off"]:
             _gc_state["switched_off"] = False
+            if gc.get_freeze_count() == 0:  # (never touch what the user froze)
+                # the compilation's survivors join the oldest generation at once: the next young
+                # collection would otherwise traverse all of them (a second or so) to promote them
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -1,0 +1,84 @@
+"""Replaying an unrolled graph copies the bound symbols an earlier replay recorded (subclass.replay):
+the copies compute what eager computes, forward and backward, and record in the compilation what
+calling the ATen symbols would have recorded."""
+
+from __future__ import annotations
+
+import thunder
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import thunderplug
+from thunderplug.compilation import record_of
+from thunderplug.subclass import unroll
+
+
+def _two(*shape, grad=False):
+    a, b = torch.randn(*shape, dtype=torch.float64), torch.randn(*shape, dtype=torch.float64)
+    return TwoTensor(a, b).requires_grad_(grad)
+
+
+def _counting_graph_calls(monkeypatch) -> list:
+    calls: list = []
+    original = unroll._call_graph
+
+    def counted(graph, leaves, table, display):
+        calls.append(display)
+        return original(graph, leaves, table, display)
+
+    monkeypatch.setattr(unroll, "_call_graph", counted)
+    return calls
+
+
+def test_ops_with_the_same_metadata_are_copied_and_match_eager_forward_and_backward(monkeypatch):
+    calls = _counting_graph_calls(monkeypatch)
+
+    def f(x, y):
+        return (torch.sin(x) * 3 + torch.sin(y) * 3).sum()
+
+    x, y = _two(7, 5, grad=True), _two(7, 5, grad=True)
+    ex, ey = (t.detach().clone().requires_grad_(True) for t in (x, y))
+    jitted = thunder.jit(f, executors=thunderplug.discover(quiet=True))
+    out = jitted(x, y)
+    expected = f(ex, ey)
+    torch.testing.assert_close(out.a, expected.a)
+    torch.testing.assert_close(out.b, expected.b)
+    out.backward()
+    expected.backward()
+    for got, want in ((x.grad, ex.grad), (y.grad, ey.grad)):
+        torch.testing.assert_close(got.a, want.a)
+        torch.testing.assert_close(got.b, want.b)
+    sins = [d for d in calls if "sin" in d and "backward" not in d]
+    assert len(sins) == 1  # sin(y), its re-emission in autodiff and sin(x)'s: copies of the first replay
+    names = [p.name for b in thunder.last_traces(jitted)[0].bound_symbols for p in b.flat_proxy_outs]
+    assert len(names) == len(set(names))  # every copy got fresh names
+
+
+def test_copies_record_fallback_use_in_each_compilation():
+    def f(x):
+        return torch.ops.aten.exp2.default(x) * 2
+
+    for _ in range(2):  # the second compilation copies what the first recorded
+        x = _two(3, 11)
+        jitted = thunder.jit(f, executors=thunderplug.discover(quiet=True))
+        out = jitted(x)
+        torch.testing.assert_close(out.a, torch.exp2(x.a) * 2)
+        torch.testing.assert_close(out.b, torch.exp2(x.b) * 2)
+        assert "torch.ops.aten.exp2.default" in record_of(jitted).fallbacks
+
+
+def test_no_grad_calls_are_not_copied_from_grad_mode_recordings():
+    def f(x):
+        with torch.no_grad():
+            y = torch.cos(x) * 2
+        return torch.cos(x) * 2 + y
+
+    x = _two(4, 9, grad=True)
+    ex = x.detach().clone().requires_grad_(True)
+    out = thunder.jit(f, executors=thunderplug.discover(quiet=True))(x)
+    expected = f(ex)
+    torch.testing.assert_close(out.a, expected.a)
+    out.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(x.grad.a, ex.grad.a)
+    torch.testing.assert_close(x.grad.b, ex.grad.b)
