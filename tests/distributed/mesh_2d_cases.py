@@ -14,7 +14,7 @@ from training import Blocks, batches, plain, train
 
 def distribute_tensor_2d_mesh(rank, world_size):
     """``distribute_tensor`` on a 2 x (world_size / 2) mesh inside the jitted function: every
-    combination of Shard and Replicate on both mesh dimensions, uneven chunks, a weight that
+    combination of Shard and Replicate on both mesh dimensions, uneven chunks, no source rank, a weight that
     differs on every rank (each rank's local tensor comes from the rank at coordinate (0, 0)), and a
     gradient through ``from_local`` and ``redistribute`` on the same mesh."""
     device_mesh = init_device_mesh("cpu", (2, world_size // 2))
@@ -26,7 +26,9 @@ def distribute_tensor_2d_mesh(rank, world_size):
         full = d.redistribute(device_mesh, [Replicate(), Replicate()])
         y = torch.relu(full @ distribute_tensor(w, device_mesh, [Replicate(), Shard(1)]))
         parts = [distribute_tensor(w, device_mesh, p).to_local() for p in placements]
-        return y.to_local() * 2, parts
+        # no source rank: each rank keeps its own chunk (no collective); a negative Shard dimension
+        parts.append(distribute_tensor(w, device_mesh, [Shard(0), Shard(-1)], src_data_rank=None).to_local())
+        return y.to_local() * 2, parts + [w * 1]  # eager's Replicate broadcasts also overwrite w
 
     def run(fn):
         record = {"losses": [], "grads": []}
@@ -38,7 +40,8 @@ def distribute_tensor_2d_mesh(rank, world_size):
             loss.backward()
             record["losses"].append(loss.detach())
             record["grads"].append(
-                {"x": plain(x.grad), "out": out.detach()} | {f"part{i}": p for i, p in enumerate(parts)}
+                {"x": plain(x.grad), "out": out.detach(), "w after": w.clone()}
+                | {f"part{i}": p for i, p in enumerate(parts)}
             )
         return record
 

@@ -242,14 +242,22 @@ def dtensor_lookasides() -> dict[Any, Callable[..., Any]]:
         and getattr(fn, "__module__", "").startswith("torch.distributed.tensor")
     }
     symbol = unrolled_op_symbol("distribute_tensor", functional_distribute_tensor)
-    mapped[distribute_tensor] = record_source_loc_in_symbol_header(lambda *a, **k: symbol(*a, **k))
+
+    def distribute(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        result, overwritten = symbol(tensor, *args, **kwargs)
+        if overwritten is not None:  # as eager's in-place broadcast into the caller's tensor
+            tensor.detach().copy_(overwritten)
+        return result
+
+    mapped[distribute_tensor] = record_source_loc_in_symbol_header(distribute)
     return mapped
 
 
 def functional_distribute_tensor(
     tensor: torch.Tensor, device_mesh: Any = None, placements: Any = None, *, src_data_rank: int | None = 0
-) -> torch.Tensor:
-    """``distribute_tensor`` with functional collectives, on meshes of any dimension.
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``distribute_tensor`` with functional collectives, on meshes of any dimension; returns the
+    DTensor and what eager leaves in ``tensor`` (``None``: unchanged).
 
     torch's own scatters and broadcasts in place (``c10d.broadcast_``, which has no fake kernel, so
     it cannot be traced); this one does what it does one mesh dimension at a time, functionally: it
@@ -257,7 +265,9 @@ def functional_distribute_tensor(
     this rank's chunk (``torch.chunk``, as ``Shard`` splits; a scatter sends the same bits), and
     wraps the result with ``from_local``. So every rank's local tensor comes from the rank at
     coordinate ``src_data_rank`` on every mesh dimension, as in eager. As in eager, the result is a
-    new leaf: no gradient flows back to ``tensor``.
+    new leaf: no gradient flows back to ``tensor``. Eager's broadcasts for the ``Replicate``
+    placements before the first ``Shard`` write into (a detached alias of) the caller's tensor, so
+    on the other ranks it then holds the source's values; the caller applies that write.
     """
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -272,12 +282,16 @@ def functional_distribute_tensor(
         raise ValueError(f"distribute_tensor: {len(placements)} placements for a {device_mesh.ndim}-D device_mesh")
     coordinate = device_mesh.get_coordinate()
     local = tensor.detach() if coordinate is not None else tensor.new_empty(0)  # not in the mesh: as eager
+    overwritten, in_place = None, src_data_rank is not None
     for mesh_dim, placement in enumerate(placements if coordinate is not None else []):
         if not isinstance(placement, (Shard, Replicate)):
             raise TypeError(f"distribute_tensor does not take {placement} placements")
         if src_data_rank is not None:
             group = device_mesh.get_group(mesh_dim)
             local = funcol.wait_tensor(funcol.broadcast(local.contiguous(), src=src_data_rank, group=group))
+        in_place = in_place and isinstance(placement, Replicate)  # a Shard scatters into a new tensor
+        if in_place:
+            overwritten = local
         if isinstance(placement, Shard):
             dim = placement.dim % tensor.ndim
             placements[mesh_dim] = Shard(dim)
@@ -287,7 +301,7 @@ def functional_distribute_tensor(
     result = DTensor.from_local(
         local.contiguous(), device_mesh, placements, run_check=False, shape=tensor.shape, stride=tensor.stride()
     )
-    return result.requires_grad_(tensor.requires_grad) if tensor.requires_grad else result
+    return (result.requires_grad_(tensor.requires_grad) if tensor.requires_grad else result), overwritten
 
 
 def collective_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
