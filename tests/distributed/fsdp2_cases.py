@@ -73,7 +73,7 @@ def activation_checkpointing_float8(rank, world_size):
     return runs
 
 
-def _float8_all_gather(rank, precompute: bool):
+def _float8_all_gather(rank, precompute: bool, compile_after: bool = False):
     """torchao's float8 all-gather: weights cast to float8 before FSDP2 gathers them."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
 
@@ -82,7 +82,7 @@ def _float8_all_gather(rank, precompute: bool):
     data = batches(rank, 32, 32)
     runs = {}
     for key, compile_block in (("eager", None), ("compiled", jit)):
-        sharded = shard(copy.deepcopy(model), compile_block=compile_block)
+        sharded = shard(copy.deepcopy(model), compile_block=compile_block, compile_after=compile_after)
         after = (lambda m=sharded: precompute_float8_dynamic_scale_for_fsdp(m)) if precompute else (lambda: None)
         runs[key] = train(sharded, data, before_step=after)
     return runs
@@ -94,6 +94,10 @@ def float8_all_gather(rank, world_size):
 
 def float8_all_gather_precomputed_scales(rank, world_size):
     return _float8_all_gather(rank, precompute=True)
+
+
+def fully_shard_then_jit_float8_all_gather(rank, world_size):
+    return _float8_all_gather(rank, precompute=True, compile_after=True)
 
 
 def jit_of_a_model_with_sharded_blocks(rank, world_size):

@@ -19,6 +19,7 @@ CASES = [
     "float8_all_gather",
     "float8_all_gather_precomputed_scales",
     "activation_checkpointing_float8",
+    "fully_shard_then_jit_float8_all_gather",
 ]
 job = distributed_job("fsdp2_cases", [*CASES, "jit_of_a_model_with_sharded_blocks"])
 
