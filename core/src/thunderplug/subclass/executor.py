@@ -81,12 +81,33 @@ def _cse(trace: TraceCtx, table: AtenTable) -> TraceCtx:
     kept = []
     for bsym in trace.bound_symbols:
         if _has_effects(bsym, table):
-            kept.append(bsym.from_bsym_swap_proxies(redundant, skip_inputs=False, skip_output=True))
-        elif (new := cse_single_bsym(redundant, rhs_to_bsym, bsym)) is not None:
-            kept.append(new)
+            kept.append(_swapped(bsym, redundant, skip_output=True))
+        elif _reads(bsym, redundant):
+            if (new := cse_single_bsym(redundant, rhs_to_bsym, bsym)) is not None:
+                kept.append(new)
+        else:  # nothing to swap (thunder would still copy the whole subsymbol tree): an empty map
+            found: dict = {}
+            if (new := cse_single_bsym(found, rhs_to_bsym, bsym)) is not None:
+                kept.append(new)
+            redundant.update(found)
     result = from_trace(trace)
     result.bound_symbols = replace_redundant_inputs(redundant, kept)
     return result
+
+
+def _reads(bsym: BoundSymbol, swap: dict) -> bool:
+    """Whether ``bsym`` reads a proxy of ``swap`` (its subsymbols read only its arguments and what
+    they compute themselves)."""
+    return any(variableify(p) in swap for p in bsym.flat_proxy_args)
+
+
+def _swapped(bsym: BoundSymbol, swap: dict, *, skip_output: bool = False) -> BoundSymbol:
+    """``bsym`` with the proxies of ``swap`` replaced, itself when it reads none of them (thunder's
+    ``from_bsym_swap_proxies`` copies the whole subsymbol tree either way)."""
+    writes = not skip_output and any(variableify(o) in swap for o in bsym.flat_proxy_outs)
+    if not swap or not (writes or _reads(bsym, swap)):
+        return bsym
+    return bsym.from_bsym_swap_proxies(swap, skip_output=skip_output)
 
 
 def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
@@ -140,8 +161,7 @@ def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx) -> list[BoundSymbo
     swap: dict = {}
     result = []
     for bsym in bsyms:
-        if swap:
-            bsym = bsym.from_bsym_swap_proxies(swap)
+        bsym = _swapped(bsym, swap)
         if is_subclass_op(bsym.sym) and _has_stale_flatten(bsym):
             with tracectx(trace):
                 trace.push_scope([])
@@ -188,8 +208,7 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     swap: dict = {}
     result = []
     for bsym in bsyms:
-        if swap:
-            bsym = bsym.from_bsym_swap_proxies(swap)
+        bsym = _swapped(bsym, swap)
         if bsym.sym == subclass_unflatten:
             built_from[variableify(bsym.output)] = bsym.args[1:]
             layouts[variableify(bsym.output)] = bsym.args[0]

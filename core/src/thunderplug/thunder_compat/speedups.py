@@ -11,8 +11,8 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   (``gc.freeze(); gc.unfreeze()``, unless the user froze objects), as a full collection would.
 * **dce without quadratic pruning.** thunder's ``_remove_noop_subsymbols`` asks, for every
   subsymbol, whether the *parent's* whole subtree carries ``DONT_DCE``; on the deep subsymbol trees
-  of unrolled subclass ops that is quadratic. The replacement asks once per parent; it keeps the
-  same subsymbols (or, where a tagged leaf composite was pruned earlier in the same loop, more).
+  of unrolled subclass ops that is quadratic. The replacement tags the tree in one pass; it keeps
+  the same subsymbols (or, where a tagged leaf composite was pruned earlier in the same loop, more).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thunder.core.prims import OpTags
-from thunder.core.symbol import BoundSymbol, has_tags
+from thunder.core.symbol import BoundSymbol
 
 _gc_lock = threading.Lock()
 _gc_state = {"depth": 0, "switched_off": False}
@@ -90,20 +90,32 @@ def remove_noop_subsymbols(original: Callable[[BoundSymbol], None], active: Call
     def replacement(bsym: BoundSymbol) -> None:
         if not active():
             return original(bsym)
-        _prune(bsym)
+        tagged: dict[int, bool] = {}
+        _tag(bsym, tagged)
+        _prune(bsym, tagged)
         return None
 
     return replacement
 
 
-def _prune(bsym: BoundSymbol) -> None:
-    keeps_constant_outputs = has_tags(bsym, {OpTags.DONT_DCE})
+def _tag(bsym: BoundSymbol, tagged: dict[int, bool]) -> bool:
+    """Whether ``bsym`` or a subsymbol at any depth carries ``DONT_DCE`` (thunder's ``has_tags``),
+    for every bound symbol of the tree in one pass."""
+    found = OpTags.DONT_DCE in (bsym.sym.tags or ()) or OpTags.DONT_DCE in bsym.tags
+    for sub in bsym.subsymbols:
+        found = _tag(sub, tagged) or found
+    tagged[id(bsym)] = found
+    return found
+
+
+def _prune(bsym: BoundSymbol, tagged: dict[int, bool]) -> None:
+    keeps_constant_outputs = tagged[id(bsym)]
     kept = []
     for sub in bsym.subsymbols:
         if not sub.subsymbols and not sub.sym.is_prim:
             continue  # a composite that decomposed into nothing
         if not keeps_constant_outputs and not any(o is not None for o in sub.flat_proxy_outs):
             continue  # only constant outputs
-        _prune(sub)
+        _prune(sub, tagged)
         kept.append(sub)
     bsym.subsymbols = kept
