@@ -1,14 +1,15 @@
 """Replacements that make compilations with ``discover()``'s executors cheaper without changing
 what they produce (issue 14: the first call of a float8 GPT against plain thunder's).
 
-* **No garbage collection while compiling.** A compilation allocates hundreds of thousands of
-  objects (proxies, bound symbols, traces) that stay alive until it ends, so the collector runs
-  about a thousand times over a growing heap and frees almost nothing: ~10% of a first call. It is
-  switched off for the duration of thunder's ``get_computation_and_inputs`` (cache lookup, and
-  compilation on a miss) of functions jitted with thunderplug's executors, and back on afterwards
-  (nested and concurrent compilations counted, so it is on again once the last one ends, and never
-  switched on when the user had it off). The survivors are then moved to the oldest generation
-  (``gc.freeze(); gc.unfreeze()``, unless the user froze objects), as a full collection would.
+* **No full garbage collections while compiling.** A compilation allocates hundreds of thousands
+  of objects (proxies, bound symbols, traces) that stay alive until it ends, so the collector's
+  full collections, each over the whole heap (torch, thunder, the model), run again and again and
+  free almost nothing: ~1 s of a 2-layer GPT's first call. Young collections (a quarter of that
+  time) still run, so short-lived cycles are freed as before and the peak memory stays the same.
+  The oldest generation's threshold is raised for the duration of thunder's
+  ``get_computation_and_inputs`` (cache lookup, and compilation on a miss) of functions jitted
+  with thunderplug's executors, and restored afterwards (nested and concurrent compilations
+  counted: restored when the last one ends).
 * **dce without quadratic pruning.** thunder's ``_remove_noop_subsymbols`` asks, for every
   subsymbol, whether the *parent's* whole subtree carries ``DONT_DCE``; on the deep subsymbol trees
   of unrolled subclass ops that is quadratic. The replacement tags the tree in one pass; it keeps
@@ -26,13 +27,16 @@ from thunder.core.prims import OpTags
 from thunder.core.symbol import BoundSymbol
 
 _gc_lock = threading.Lock()
-_gc_state = {"depth": 0, "switched_off": False}
+_gc_state: dict[str, Any] = {"depth": 0, "threshold": None}
+_NO_FULL_COLLECTION = 2**30  # young collections between two full ones: never, within a compilation
 
 
-def paused_gc_while_compiling(original: Callable[..., Any], uses_thunderplug: Callable[[Any], bool]) -> Callable:
+def deferred_full_collections_while_compiling(
+    original: Callable[..., Any], uses_thunderplug: Callable[[Any], bool]
+) -> Callable:
     """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
-    when ``thunder.jit`` is called), wrapping also a pause of the garbage collector for jitted functions
-    whose executors ``uses_thunderplug``; the compile data is read from the function's closure."""
+    when ``thunder.jit`` is called), wrapping also a deferral of full garbage collections for jitted
+    functions whose executors ``uses_thunderplug``; the compile data is read from the function's closure."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         wrapped = original(fn)
@@ -44,11 +48,11 @@ def paused_gc_while_compiling(original: Callable[..., Any], uses_thunderplug: Ca
             compile_data = compile_data_ref()
             if compile_data is None or not uses_thunderplug(compile_data):
                 return wrapped(*args, **kwargs)
-            _pause_gc()
+            _defer_full_collections()
             try:
                 return wrapped(*args, **kwargs)
             finally:
-                _resume_gc()
+                _restore_full_collections()
 
         return call
 
@@ -62,25 +66,21 @@ def _closure_value(fn: Callable[..., Any], name: str) -> Any:
     return fn.__closure__[code.co_freevars.index(name)].cell_contents
 
 
-def _pause_gc() -> None:
+def _defer_full_collections() -> None:
     with _gc_lock:
         if _gc_state["depth"] == 0:
-            _gc_state["switched_off"] = gc.isenabled()
-            gc.disable()
+            threshold = gc.get_threshold()
+            _gc_state["threshold"] = threshold
+            gc.set_threshold(threshold[0], threshold[1], _NO_FULL_COLLECTION)
         _gc_state["depth"] += 1
 
 
-def _resume_gc() -> None:
+def _restore_full_collections() -> None:
     with _gc_lock:
         _gc_state["depth"] -= 1
-        if _gc_state["depth"] == 0 and _gc_state["switched_off"]:
-            _gc_state["switched_off"] = False
-            if gc.get_freeze_count() == 0:  # (never touch what the user froze)
-                # the compilation's survivors join the oldest generation at once: the next young
-                # collection would otherwise traverse all of them (a second or so) to promote them
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
+        if _gc_state["depth"] == 0:
+            gc.set_threshold(*_gc_state["threshold"])
+            _gc_state["threshold"] = None
 
 
 def remove_noop_subsymbols(original: Callable[[BoundSymbol], None], active: Callable[[], bool]) -> Callable:
