@@ -64,12 +64,7 @@ def _constant_extra_metadata_method() -> Program:
     return Program(fn, (_wrapped(ConstantExtraMetadataTensor, 3, 4),))
 
 
-@case(
-    "CustomTensorPlainOut/fwd+bwd/inner-tensor-output",
-    xfail="thunder 0.2.6 marks every output of a jitted function as requiring grad, also one computed only from "
-    "an inner tensor (x.get_elem().cos()); stock thunder does the same for plain programs (y.cos() of an input "
-    "without grad). Not subclass-specific: ThunderFunction gets no is_differentiable_outputs from thunder.jit",
-)
+@case("CustomTensorPlainOut/fwd+bwd/inner-tensor-output")
 def _custom_plain_out_inner() -> Program:
     def fn(x, w):
         return (x @ w).relu(), x.get_elem().cos()

@@ -22,9 +22,10 @@ from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
+from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
-from thunderplug import distributed, thunderfx
+from thunderplug import distributed, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, uses_core_executor
 from thunderplug.thunder_compat import default_type_call_lookaside, fixes, general_jit_lookaside_map, speedups
@@ -132,6 +133,18 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder's `dce` prunes no-op subsymbols asking, per subsymbol, whether the parent's whole subtree is "
         "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent.",
+    ),
+    Patch(
+        "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,
+        "always (acts only on outputs a discover() trace flagged)",
+        "outputs that no input requiring grad reaches do not require grad, as in eager (thunder marks every "
+        "output differentiable): the forward trace flags them (`mark_non_differentiable`), the Function passes "
+        "them to `ctx.mark_non_differentiable`.",
+    ),
+    Patch(
+        "ThunderFunction.forward", ThunderFunction, "forward", output_grads.autograd_forward,
+        "always (acts only on outputs a discover() trace flagged)",
+        "the same for thunder's unsplit autograd Function (thunderfx's `thunderfx_disable_split_autograd`).",
     ),
     Patch(
         "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",

@@ -1,0 +1,108 @@
+"""Which outputs of a jitted function require grad: as in eager, only those computed from an input
+that requires grad through differentiable values.
+
+Why: thunder 0.2.6 returns every output of a function that needs autograd from one
+``torch.autograd.Function`` without marking any as non-differentiable, so ``y.cos()`` of an input
+``y`` without grad, or an inner tensor read from a subclass (``x.get_elem().cos()``), reports
+``requires_grad=True`` where eager says False.
+
+How: the core executor's fusion pass calls :func:`mark_outputs` on the joint forward-backward
+trace of every ``discover()`` compilation with autograd (thunder splits it after the fusion
+passes). It follows data dependence from the inputs that require grad through the trace's
+top-level ops and stops at values that cannot carry a gradient (integer and boolean tensors), at
+``detach`` and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path
+reaches go through a ``mark_non_differentiable`` op, which flags the tensor at run time; thunder's
+autograd Functions (patched in ``thunder_compat.patches``) then pass the flagged outputs to
+``ctx.mark_non_differentiable``, as a hand-written Function would. The analysis is conservative:
+where it cannot tell (a value computed under ``torch.no_grad()``), the output keeps thunder's
+answer, True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from thunder.core import dtypes
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.executors.pythonex import ex as pythonex
+
+#: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
+_FLAG = "_thunderplug_non_differentiable"
+
+
+def _flagged(tensor: torch.Tensor) -> torch.Tensor:
+    setattr(tensor, _FLAG, True)
+    return tensor
+
+
+#: ``t = mark_non_differentiable(t0)``: ``t0`` itself, flagged. An op with an output, so that thunder's
+#: split of the joint trace keeps it in the forward (it places ops by what their outputs feed).
+mark_non_differentiable = pythonex.register_operator(
+    "mark_non_differentiable", meta=lambda tensor: TensorProxy(like=tensor), fn=_flagged
+)
+
+
+def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:
+    """The joint forward-backward ``trace`` with every forward output (``fw_flat_out``) that no
+    input requiring grad reaches replaced by its ``mark_non_differentiable``; ``trace`` itself when
+    it is not a joint trace, or every output may need a gradient."""
+    returned = trace.bound_symbols[-1] if trace.bound_symbols else None
+    if returned is None or returned.sym.name != "python_return" or not _is_joint_return(returned.args):
+        return trace
+    results = returned.args[0]
+    inputs = {variableify(a) for a in results["flat_args"] if isinstance(a, TensorProxy)}
+    reached = {variableify(a) for a in results["flat_args"] if _carries_grad(a) and a.requires_grad}
+    for bsym in trace.bound_symbols[:-1]:
+        if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
+            continue
+        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out))
+    unreached = {
+        variableify(out)
+        for out in results["fw_flat_out"]
+        if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
+    }
+    if not unreached:
+        return trace
+    marked = from_trace(trace)
+    swap: dict = {}
+    with tracectx(marked):
+        for bsym in trace.bound_symbols[:-1]:
+            if bsym.sym.name == "get_grad":  # the cotangent of a marked output
+                bsym = bsym.from_bsym_swap_proxies(swap)
+            marked.bound_symbols.append(bsym)
+            for out in bsym.flat_proxy_outs:
+                if variableify(out) in unreached and variableify(out) not in swap:
+                    marked.push_scope([])
+                    swap[variableify(out)] = mark_non_differentiable(out)
+                    marked.bound_symbols.extend(marked.pop_scope())
+        outputs = tuple(
+            swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in results["fw_flat_out"]
+        )
+        marked.bound_symbols.append(returned.from_bsym(args=({**results, "fw_flat_out": outputs}, *returned.args[1:])))
+    return marked
+
+
+def _carries_grad(value: Any) -> bool:
+    return isinstance(value, TensorProxy) and dtypes.is_inexact_dtype(value.dtype)
+
+
+def _is_joint_return(args: tuple) -> bool:
+    """thunder's joint forward-backward trace returns ``{"output", "flat_args", "fw_flat_out"}``."""
+    return bool(args) and isinstance(args[0], dict) and {"flat_args", "fw_flat_out"} <= args[0].keys()
+
+
+def autograd_forward(original: Callable[..., Any]) -> Any:
+    """thunder's autograd Function ``forward``, also marking the outputs the trace flagged."""
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        outputs = original(ctx, *args)
+        flagged = [o for o in outputs if isinstance(o, torch.Tensor) and o.__dict__.pop(_FLAG, False)]
+        if flagged:
+            ctx.mark_non_differentiable(*(getattr(ctx, "non_differentiable", None) or ()), *flagged)
+        return outputs
+
+    return staticmethod(forward)
