@@ -8,7 +8,7 @@ Why: thunder 0.2.6 returns every output of a function that needs autograd from o
 
 How: the core executor's fusion pass calls :func:`mark_outputs` on the joint forward-backward
 trace of every ``discover()`` compilation with autograd (thunder splits it after the fusion
-passes). It follows data dependence from the inputs that require grad through the trace's
+passes). It follows data dependence from the inputs thunder computes a gradient for through the trace's
 top-level ops and stops at values that cannot carry a gradient (integer and boolean tensors), at
 ``detach`` and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path
 reaches go through a ``mark_non_differentiable`` op, which flags the tensor at run time; thunder's
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from thunder.core import dtypes
-from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.proxies import Proxy, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.executors.pythonex import ex as pythonex
@@ -55,7 +55,9 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
         return trace
     results = returned.args[0]
     inputs = {variableify(a) for a in results["flat_args"] if isinstance(a, TensorProxy)}
-    reached = {variableify(a) for a in results["flat_args"] if _carries_grad(a) and a.requires_grad}
+    # the inputs thunder's autodiff computes a gradient for ("output": one per flat_args entry)
+    flat_args, grads = results["flat_args"], results["output"]
+    reached = {variableify(a) for a, grad in zip(flat_args, grads) if _carries_grad(a) and grad is not None}
     for bsym in trace.bound_symbols[:-1]:
         if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
             continue
@@ -87,12 +89,15 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
 
 
 def _carries_grad(value: Any) -> bool:
-    return isinstance(value, TensorProxy) and dtypes.is_inexact_dtype(value.dtype)
+    """A floating tensor-like proxy (thunder's distributed ops return ``FutureTensorProxy``)."""
+    dtype = getattr(value, "dtype", None) if isinstance(value, Proxy) else None
+    return isinstance(dtype, dtypes.dtype) and dtypes.is_inexact_dtype(dtype)
 
 
 def _is_joint_return(args: tuple) -> bool:
-    """thunder's joint forward-backward trace returns ``{"output", "flat_args", "fw_flat_out"}``."""
-    return bool(args) and isinstance(args[0], dict) and {"flat_args", "fw_flat_out"} <= args[0].keys()
+    """thunder's joint forward-backward trace returns ``{"output", "flat_args", "fw_flat_out"}``
+    (``output``: the gradients of ``flat_args``)."""
+    return bool(args) and isinstance(args[0], dict) and {"output", "flat_args", "fw_flat_out"} <= args[0].keys()
 
 
 def autograd_forward(original: Callable[..., Any]) -> Any:
