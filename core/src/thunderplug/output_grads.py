@@ -8,7 +8,7 @@ Why: thunder 0.2.6 returns every output of a function that needs autograd from o
 
 How: the core executor's fusion pass calls :func:`mark_outputs` on the joint forward-backward
 trace of every ``discover()`` compilation with autograd (thunder splits it after the fusion
-passes). It follows data dependence from the inputs thunder computes a gradient for through the trace's
+passes). It follows data dependence from the inputs that require grad through the trace's
 top-level ops and stops at values that cannot carry a gradient (integer and boolean tensors), at
 ``detach`` and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path
 reaches go through a ``mark_non_differentiable`` op, which flags the tensor at run time; thunder's
@@ -55,9 +55,13 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
         return trace
     results = returned.args[0]
     inputs = {variableify(a) for a in results["flat_args"] if isinstance(a, TensorProxy)}
-    # the inputs thunder's autodiff computes a gradient for ("output": one per flat_args entry)
+    # the inputs that require grad, and those thunder's autodiff computes a gradient for ("output")
     flat_args, grads = results["flat_args"], results["output"]
-    reached = {variableify(a) for a, grad in zip(flat_args, grads) if _carries_grad(a) and grad is not None}
+    reached = {
+        variableify(arg)
+        for arg, grad in zip(flat_args, grads)
+        if _carries_grad(arg) and (arg.requires_grad or grad is not None)
+    }
     for bsym in trace.bound_symbols[:-1]:
         if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
             continue
