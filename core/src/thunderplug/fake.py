@@ -46,14 +46,19 @@ def memory_order(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, 
     order = tuple(sorted(range(len(shape)), key=lambda dim: -stride[dim]))  # stable: ties keep dim order
     if order == tuple(range(len(shape))):
         return None
-    dense = contiguous_strides(tuple(shape[dim] for dim in order))
-    if any(shape[dim] != 1 and stride[dim] != expected for dim, expected in zip(order, dense)):
+    dense = strides_in_order(shape, order)
+    if any(size != 1 and actual != expected for size, actual, expected in zip(shape, stride, dense)):
         return None
     return order
 
 
+def tensor_memory_order(tensor: torch.Tensor) -> tuple[int, ...] | None:
+    """``memory_order`` of a real or fake tensor."""
+    return memory_order(tuple(tensor.shape), tuple(tensor.stride()))
+
+
 def set_memory_order(proxy: TensorProxy, order: tuple[int, ...] | None) -> None:
-    """Note the layout of the tensor ``proxy`` stands for (``memory_order`` of a real or fake one)."""
+    """Note the layout of the tensor ``proxy`` stands for (``tensor_memory_order`` of a real or fake one)."""
     setattr(proxy, _MEMORY_ORDER, order)
 
 
@@ -63,6 +68,7 @@ def memory_order_of(proxy: TensorProxy) -> tuple[int, ...] | None:
 
 
 def strides_in_order(shape: tuple[int, ...], order: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The strides of a dense tensor of ``shape`` whose dims lie in memory in ``order``."""
     if order is None:
         return contiguous_strides(shape)
     dense = contiguous_strides(tuple(shape[dim] for dim in order))

@@ -54,9 +54,9 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
     if returned is None or returned.sym.name != "python_return" or not _is_joint_return(returned.args):
         return trace
     results = returned.args[0]
-    inputs = {variableify(a) for a in results["flat_args"] if isinstance(a, TensorProxy)}
-    # the inputs that require grad, and those thunder's autodiff computes a gradient for ("output")
     flat_args, grads = results["flat_args"], results["output"]
+    inputs = {variableify(a) for a in flat_args if isinstance(a, TensorProxy)}
+    # the inputs that require grad, and those thunder's autodiff computes a gradient for ("output")
     reached = {
         variableify(arg)
         for arg, grad in zip(flat_args, grads)

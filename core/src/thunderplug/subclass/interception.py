@@ -21,7 +21,7 @@ from thunder.core.trace import get_tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.aten import user_location
-from thunderplug.fake import memory_order, set_memory_order
+from thunderplug.fake import set_memory_order, tensor_memory_order
 from thunderplug.recompiles import note_subclass_input
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
@@ -121,7 +121,7 @@ def _subclass_proxy(x: torch.Tensor, name: str | None, history: Any) -> Subclass
             inner[attr] = _subclass_proxy(value, inner_name, inner_history)
         else:
             inner[attr] = tensorproxy(value, name=inner_name, history=inner_history)
-            set_memory_order(inner[attr], memory_order(tuple(value.shape), value.stride()))
+            set_memory_order(inner[attr], tensor_memory_order(value))
     return SubclassTensorProxy(layout, inner, outer=x, name=name, history=history)
 
 

@@ -37,9 +37,9 @@ from thunderplug.fake import (
     fake_mode,
     frozen,
     hashable_or_none,
-    memory_order,
     memory_order_of,
     set_memory_order,
+    tensor_memory_order,
     to_fake,
     value_key,
 )
@@ -148,7 +148,7 @@ def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: l
         out_flat, found["out_spec"] = torch_pytree.tree_flatten(result)
         found["plans"] = tuple(plan_of(o) for o in out_flat)
         out_leaves = [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in tensor_leaves(o)]
-        found["out_orders"] = tuple(memory_order(tuple(t.shape), t.stride()) for t in out_leaves)
+        found["out_orders"] = tuple(tensor_memory_order(t) for t in out_leaves)
         return out_leaves
 
     try:

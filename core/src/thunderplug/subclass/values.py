@@ -22,7 +22,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.executors.pythonex import ex as pythonex
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.fake import fake_like, fake_mode, memory_order, memory_order_of, set_memory_order
+from thunderplug.fake import fake_like, fake_mode, memory_order_of, set_memory_order, tensor_memory_order
 
 
 class SubclassLayout:
@@ -240,8 +240,7 @@ class InputGuard:
 
 def _tensor_metadata(tensor: torch.Tensor) -> tuple:
     """What the traces of ops on an inner tensor depend on (its memory order too: ``fake_like``)."""
-    shape = tuple(tensor.shape)
-    return (shape, tensor.dtype, tensor.device, tensor.requires_grad, memory_order(shape, tensor.stride()))
+    return (tuple(tensor.shape), tensor.dtype, tensor.device, tensor.requires_grad, tensor_memory_order(tensor))
 
 
 def _check_subclass(value: Any, guard: InputGuard) -> None:
