@@ -13,7 +13,14 @@ tensorwise recipe), training step = forward + backward + ``AdamW`` step, everyth
 * **first call** (each variant in a fresh subprocess with an empty ``TORCHINDUCTOR_CACHE_DIR``,
   ``--first-repeats`` times round-robin, the median shown): wall time of the first training step,
   which includes tracing/compilation, and the peak RSS growth during it (``ru_maxrss`` after minus
-  before; the model and optimizer already exist). Variants: fp8 thunderplug
+  before; the model and optimizer already exist). Then, in the same process, the **steady-state
+  step's memory**: after ``--mem-warmup`` more steps, one step's peak RSS growth (``VmHWM`` minus
+  ``VmRSS`` before, from ``/proc/self/status``, with ``VmHWM`` reset by writing 5 to
+  ``/proc/self/clear_refs`` and freed heap returned by ``malloc_trim`` just before) and, on one more,
+  untimed step, the peak of live tensor bytes allocated during the step (torch.profiler's allocation
+  events of the CPU allocator: every tensor, whether eager, a compiler's generated code, a subclass's
+  inner ops or autograd made it; tensors alive before the step, parameters and optimizer state, are
+  not counted). Variants: fp8 thunderplug
   (``thunder.jit(executors=thunderplug.discover())``), fp8 aot_eager, fp8 inductor
   (torch 2.9.1's fp8 inductor kernels can SIGSEGV on CPU: a crash is reported as a crash), plain
   ``thunder.jit`` on the fp32 model (stock thunder cannot run the fp8 one), fp8 and fp32 eager;
@@ -147,8 +154,63 @@ def rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def proc_status_kib(*fields: str) -> list[int]:
+    """``fields`` of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), in KiB."""
+    values = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            values[name] = rest.split()[0] if rest.split() else ""
+    return [int(values[f]) for f in fields]
+
+
+def steady_rss_mib(step) -> float | None:
+    """Peak RSS growth of one ``step()``: the high-water mark reset just before it (Linux only, else
+    ``None``). Freed heap is handed back first (glibc ``malloc_trim``), so that the growth is what the
+    step needs, not what earlier steps happened to leave resident."""
+    import ctypes
+    import gc
+
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            gc.collect()
+            try:
+                ctypes.CDLL(None).malloc_trim(0)
+            except (OSError, AttributeError):
+                pass
+            clear.write("5")  # resets VmHWM to the current RSS
+        (before,) = proc_status_kib("VmRSS")
+    except OSError:
+        return None
+    step()
+    (peak,) = proc_status_kib("VmHWM")
+    return (peak - before) / MIB
+
+
+def peak_tensor_mib(step) -> float:
+    """Peak bytes of tensors allocated during one ``step()`` and alive at once: torch.profiler's
+    allocation events (the CPU allocator reports every allocation and free while it profiles, with
+    the running total of what it has seen allocated and not yet freed)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    allocation = torch._C._profiler._EventType.Allocation
+    peak, stack = 0, list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        kind, fields = event.typed
+        if kind == allocation:
+            peak = max(peak, fields.total_allocated)
+        stack.extend(event.children)
+    return peak / MIB / MIB
+
+
 def first_call_cell(args) -> dict:
-    """One variant in this (fresh) process: the first step's time and RSS growth."""
+    """One variant in this (fresh) process: the first step's time and RSS growth, then the steady
+    state's step memory (RSS, live tensors). The first-call result is printed as soon as it is known,
+    so that a crash in the later steps keeps it."""
     from gpt_model import build
 
     setup_torch(args.threads)
@@ -156,8 +218,14 @@ def first_call_cell(args) -> dict:
     trainer = Trainer(args.variant, model, tokens, targets)
     before = rss_kib()
     first_s = trainer.step()
-    return {"variant": args.variant, "first_s": first_s, "rss_mib": (rss_kib() - before) / MIB,
-            "loss": trainer.losses[0]}
+    result = {"variant": args.variant, "first_s": first_s, "rss_mib": (rss_kib() - before) / MIB,
+              "loss": trainer.losses[0]}
+    print(json.dumps(result), flush=True)
+    for _ in range(args.mem_warmup):
+        trainer.step()
+    result["steady_rss_mib"] = steady_rss_mib(trainer.step)
+    result["tensor_mib"] = peak_tensor_mib(trainer.step)
+    return result
 
 
 def steady_cell(args) -> dict:
@@ -210,7 +278,8 @@ def run_worker(mode: str, layers: int, args, extra: list[str]) -> dict:
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", mode, "--layers", str(layers),
            "--d-model", str(args.d_model), "--heads", str(args.heads), "--seq", str(args.seq),
            "--batch", str(args.batch), "--vocab", str(args.vocab), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--threads", str(args.threads), *extra]
+           "--warmup", str(args.warmup), "--mem-warmup", str(args.mem_warmup), "--threads", str(args.threads),
+           *extra]
     if args.verbose:
         cmd.append("-v")
     with tempfile.TemporaryDirectory(prefix="gptf8-inductor-") as cache:
@@ -219,18 +288,20 @@ def run_worker(mode: str, layers: int, args, extra: list[str]) -> dict:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=HERE)
         except subprocess.TimeoutExpired:
             return {"error": f"timeout after {args.timeout:.0f} s"}
-    if proc.returncode == 0:
-        for line in reversed(proc.stdout.splitlines()):
-            if line.startswith("{"):
-                return json.loads(line)
+    printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode == 0 and printed:
+        return printed[-1]
     if args.verbose:
         sys.stderr.write(proc.stderr[-4000:])
     if proc.returncode < 0:
         try:
-            return {"error": f"crash ({signal.Signals(-proc.returncode).name})"}
+            error = f"crash ({signal.Signals(-proc.returncode).name})"
         except ValueError:
-            return {"error": f"crash (signal {-proc.returncode})"}
-    return {"error": f"FAIL (rc {proc.returncode}) `{last_error_line(proc.stderr)[:200]}`"}
+            error = f"crash (signal {-proc.returncode})"
+    else:
+        error = f"FAIL (rc {proc.returncode}) `{last_error_line(proc.stderr)[:200]}`"
+    # what the worker printed before it failed (the first call, when only the later steps failed)
+    return {**printed[-1], "mem_error": error} if printed else {"error": error}
 
 
 def first_calls(layers: int, args) -> dict[str, dict]:
@@ -252,6 +323,13 @@ def first_calls(layers: int, args) -> dict[str, dict]:
             first[variant] = {"first_s": statistics.median(r["first_s"] for r in ok),
                               "rss_mib": statistics.median(r["rss_mib"] for r in ok),
                               "first_s_all": [r["first_s"] for r in ok]}
+            for key in ("steady_rss_mib", "tensor_mib"):
+                values = [r[key] for r in ok if r.get(key) is not None]
+                if len(values) == len(ok):
+                    first[variant][key] = statistics.median(values)
+            errors = [r["mem_error"] for r in ok if "mem_error" in r]
+            if errors:
+                first[variant]["mem_error"] = errors[0]
     return first
 
 
@@ -273,15 +351,18 @@ def depth_tables(layers: int, first: dict[str, dict], steady: dict, loss_steps: 
     if "error" in steady:
         failed = {v: steady["error"] for v in STEADY}
     rows = [f"#### {layers} layer{'s' if layers != 1 else ''}", "",
-            "| variant | first call s | peak RSS growth MiB | step ms (median) | step × fp8 eager "
+            "| variant | first call s | first step: peak RSS growth MiB | step: peak RSS growth MiB "
+            "| step: peak live tensors MiB | step ms (median) | step × fp8 eager "
             f"| loss vs reference, first {loss_steps} steps |",
-            "|---|---:|---:|---:|---:|---|"]
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
     base = ok.get("fp8-eager", {}).get("median_ms")
     for variant in dict.fromkeys([*first, *ok, *failed]):
         f = first.get(variant, {})
         s = ok.get(variant)
         first_s = f.get("error") or (f"{f['first_s']:.2f}" if "first_s" in f else "—")
         rss = f"{f['rss_mib']:.0f}" if "rss_mib" in f else "—"
+        steady_rss, tensors = (f"{f[key]:.1f}" if key in f else f.get("mem_error", "—")
+                               for key in ("steady_rss_mib", "tensor_mib"))
         if s is not None:
             step, times = f"{s['median_ms']:.1f}", ratio(s["median_ms"], base)
             ref = ok.get(REFERENCE[variant])
@@ -289,7 +370,8 @@ def depth_tables(layers: int, first: dict[str, dict], steady: dict, loss_steps: 
                 relative_difference(s["losses"], ref["losses"], loss_steps) if ref else "—")
         else:
             step, times, agree = failed.get(variant, "—"), "—", "—"
-        rows.append(f"| {LABELS[variant]} | {first_s} | {rss} | {step} | {times} | {agree} |")
+        rows.append(f"| {LABELS[variant]} | {first_s} | {rss} | {steady_rss} | {tensors} | {step} | {times} "
+                    f"| {agree} |")
     tp_first = first.get("fp8-thunderplug", {}).get("first_s")
     tp_step = ok.get("fp8-thunderplug", {}).get("median_ms")
     peers = [ok[v]["median_ms"] for v in ("fp8-eager", "fp8-aot-eager") if v in ok]
@@ -323,6 +405,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--steps", type=int, default=10, help="timed rounds (default 10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds after the first step (default 2)")
+    parser.add_argument("--mem-warmup", type=int, default=2,
+                        help="steps after the first call before the steady-state memory step (default 2)")
     parser.add_argument("--loss-steps", type=int, default=5, help="steps compared for loss agreement (default 5)")
     parser.add_argument("--first-call", default=",".join(FIRST_CALL), help="first-call variants")
     parser.add_argument("--variants", default=",".join(STEADY), help="steady-state variants")
@@ -340,7 +424,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.d_model, args.heads, args.seq, args.batch, args.vocab = 64, 2, 16, 2, 64
-        args.steps, args.warmup, args.loss_steps = 2, 0, 2
+        args.steps, args.warmup, args.loss_steps, args.mem_warmup = 2, 0, 2, 1
         if args.layers == parser.get_default("layers"):
             args.layers = "1"
         if args.first_call == parser.get_default("first_call"):
@@ -370,7 +454,8 @@ def main(argv: list[str] | None = None) -> None:
     out = [f"`{command}`", "",
            f"{versions}; CPU, torch threads {args.threads}, oneDNN off; d_model {args.d_model}, {args.heads} heads, "
            f"seq {args.seq}, batch {args.batch}, vocab {args.vocab}; AdamW; first call = fresh process (median of "
-           f"{args.first_repeats}, round-robin); step = median "
+           f"{args.first_repeats}, round-robin), its step's memory in the same process after {args.mem_warmup} more "
+           f"steps; step = median "
            f"of {args.steps} interleaved rounds after the first step + {args.warmup} warm-up rounds; "
            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     for layers in [int(n) for n in args.layers.split(",") if n]:
