@@ -4,6 +4,8 @@ calling the ATen symbols would have recorded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import thunder
 import torch
 from torch.testing._internal.two_tensor import TwoTensor
@@ -82,3 +84,50 @@ def test_no_grad_calls_are_not_copied_from_grad_mode_recordings():
     expected.sum().backward()
     torch.testing.assert_close(x.grad.a, ex.grad.a)
     torch.testing.assert_close(x.grad.b, ex.grad.b)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScaleConfig:
+    factor: float
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, config):
+        ctx.factor = config.factor
+        return x * config.factor
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+def test_an_op_with_a_dataclass_argument_is_traced_once_for_interpretation_and_autodiff(monkeypatch):
+    """thunder's pytree flattens a dataclass only after some pass registered its type, so autodiff
+    re-emits the op with the config flattened where interpretation saw it whole (torchao's
+    Float8LinearConfig): still one traced graph, and its replay copied."""
+    traced: list = []
+    original = unroll._trace
+
+    def counted(display, *args):
+        traced.append(display)
+        return original(display, *args)
+
+    monkeypatch.setattr(unroll, "_trace", counted)
+    calls = _counting_graph_calls(monkeypatch)
+
+    def f(x):
+        return (_Scaled.apply(torch.sin(x), _ScaleConfig(3.0)) * 2).sum()
+
+    x = _two(6, 4, grad=True)
+    ex = x.detach().clone().requires_grad_(True)
+    out = thunder.jit(f, executors=thunderplug.discover(quiet=True))(x)
+    expected = f(ex)
+    torch.testing.assert_close(out.a, expected.a)
+    torch.testing.assert_close(out.b, expected.b)
+    out.backward()
+    expected.backward()
+    torch.testing.assert_close(x.grad.a, ex.grad.a)
+    torch.testing.assert_close(x.grad.b, ex.grad.b)
+    assert traced.count("_Scaled.apply") == 1
+    assert calls.count("_Scaled.apply") == 1  # the re-emission in autodiff copies the first replay

@@ -15,6 +15,7 @@ traced, a copy elsewhere (a transposed gradient). AOTAutograd coerces runtime ta
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
 import weakref
@@ -93,7 +94,7 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     record = current_record()
     if record is not None and location:
         record.source_locations[call_key(display, tensors)] = location
-    unrolled = _unrolled(display, torch_fn, table, flat, spec)
+    unrolled = _unrolled(display, torch_fn, table, (args, kwargs), flat, spec)
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     if unrolled.stride_sensitive:
         leaves = [_in_layout(leaf, order) for leaf, order in zip(leaves, unrolled.in_orders)]
@@ -109,7 +110,7 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
 def traced(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict) -> UnrolledOp:
     """The graph and output plans of ``torch_fn`` on these arguments, recording nothing."""
     flat, spec = tree_flatten((args, kwargs))
-    return _unrolled(display, torch_fn, _current_table(display), flat, spec)
+    return _unrolled(display, torch_fn, _current_table(display), (args, kwargs), flat, spec)
 
 
 def _current_table(display: str) -> AtenTable:
@@ -124,8 +125,10 @@ def _current_table(display: str) -> AtenTable:
     raise SubclassDispatchError(f"{display} was traced outside a compilation with thunderplug.discover()'s executors")
 
 
-def _unrolled(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any) -> UnrolledOp:
-    key = _metadata_key(display, torch_fn, flat, spec)
+def _unrolled(
+    display: str, torch_fn: Callable[..., Any], table: AtenTable, call: tuple[tuple, dict], flat: list, spec: Any
+) -> UnrolledOp:
+    key = _metadata_key(display, torch_fn, call, flat)
     with _lock:
         cache = _graphs.setdefault(table, {})
         if key is not None and key in cache:
@@ -188,9 +191,32 @@ def _rebuild_fake(proxy: TensorProxy, fake_leaves: Iterator[torch.Tensor]) -> to
 # -- the cache key: everything the traced graph depends on -------------------------------------
 
 
-def _metadata_key(display: str, torch_fn: Callable[..., Any], flat: list, spec: Any) -> Any:
-    """A hashable key of the call's metadata, or ``None`` when some constant cannot be hashed."""
-    return hashable_or_none(lambda: (display, torch_fn, repr(spec), tuple(_value_key(x) for x in flat)))
+def _metadata_key(display: str, torch_fn: Callable[..., Any], call: tuple[tuple, dict], flat: list) -> Any:
+    """A hashable key of the call's metadata, or ``None`` when some constant cannot be hashed.
+
+    Built from the arguments themselves, not from their pytree flattening: thunder's pytree
+    flattens a dataclass only once some pass has registered its type (``tree_flatten_with_dataclass``),
+    so the same call (torchao's ``Float8LinearConfig`` argument) is flattened one way while thunder
+    interprets the function and another way when autodiff re-emits it, and would be traced twice.
+    The tensors of the flattening (the graph's inputs, in order) are part of the key too."""
+    tensors = tuple(_value_key(x) for x in flat if isinstance(x, TensorProxy))
+    return hashable_or_none(lambda: (display, torch_fn, _call_key(call), tensors))
+
+
+def _call_key(value: Any) -> Any:
+    """Containers, dataclasses and named tuples by their type and items, the rest by ``_value_key``."""
+    if isinstance(value, TensorProxy):
+        return _value_key(value)
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_call_key(item) for item in value))
+    if isinstance(value, dict):
+        return (dict, tuple((key, _call_key(item)) for key, item in value.items()))
+    if isinstance(value, slice):
+        return (slice, _call_key(value.start), _call_key(value.stop), _call_key(value.step))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), tuple((field.name, _call_key(getattr(value, field.name))) for field in fields))
+    return _value_key(value)
 
 
 def _value_key(value: Any) -> Any:
