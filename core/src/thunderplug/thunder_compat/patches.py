@@ -21,7 +21,7 @@ from thunder.core import transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import Symbol
+from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
@@ -133,6 +133,15 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder's `dce` prunes no-op subsymbols asking, per subsymbol, whether the parent's whole subtree is "
         "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent.",
+    ),
+    Patch(
+        "proxy swaps share unchanged subtrees", BoundSymbol, "from_bsym_swap_proxies",
+        lambda original: speedups.swap_proxies_sharing_subtrees(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "every bound symbol a trace-substitution pass (autodiff, each claiming pass) keeps is copied with its whole "
+        "subsymbol tree once anything is swapped; the unrolled subclass ops' deep trees made these copies most of a "
+        "compilation's transient memory: only the subsymbols in which a proxy is swapped are copied, the rest "
+        "shared (as thunder shares all of them when nothing is swapped).",
     ),
     Patch(
         "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,

@@ -18,6 +18,15 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   ``flat_outs``/``flat_proxy_outs`` (a list, a tuple and a tree spec on every bound symbol at every
   depth, kept as long as the traces are: ~6 MiB of a 2-layer float8 GPT's compilation, ~20% of
   what it keeps); nothing else reads those properties of deep subsymbols.
+* **Proxy swaps that share unchanged subtrees.** ``BoundSymbol.from_bsym_swap_proxies`` (every
+  bound symbol a trace-substitution pass keeps, in autodiff and in each claiming pass) copies the
+  whole subsymbol tree whenever the swap map is not empty, although it swaps only the proxies the
+  bound symbol reads or writes; the unrolled subclass ops' trees (ATen ops and their
+  decompositions) were copied in full by every such pass: ~15,000 bound symbols in a 2-layer
+  float8 GPT's compilation. The replacement copies the path to each subsymbol in which something
+  is swapped and shares the rest, as thunder shares them all when the map is empty; the copy of
+  the bound symbol itself is new as before. A tree holding a ``CollectionProxy`` (which the
+  original updates in place) is copied as before.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thunder.core.prims import OpTags
-from thunder.core.proxies import Proxy
+from thunder.core.proxies import CollectionProxy, Proxy, variableify
 from thunder.core.pytree import tree_flatten_with_dataclass
 from thunder.core.symbol import BoundSymbol
 
@@ -145,3 +154,47 @@ def _any_proxy(value: Any) -> bool:
         return False
     flat, _ = tree_flatten_with_dataclass(value)  # dicts, dataclasses, ...: as thunder flattens them
     return any(isinstance(v, Proxy) for v in flat)
+
+
+def swap_proxies_sharing_subtrees(original: Callable[..., BoundSymbol], active: Callable[[], bool]) -> Callable:
+    """thunder's ``BoundSymbol.from_bsym_swap_proxies``, sharing the subsymbols in which nothing is swapped."""
+
+    def replacement(
+        self: BoundSymbol,
+        swap_map: dict,
+        skip_inputs: bool = False,
+        skip_output: bool = False,
+        skip_subsymbols: bool = False,
+    ) -> BoundSymbol:
+        if skip_subsymbols or not swap_map or not self.subsymbols or not active():
+            return original(self, swap_map, skip_inputs, skip_output, skip_subsymbols)
+
+        def swapped(bsym: BoundSymbol) -> BoundSymbol:
+            subsymbols = [swapped(sub) for sub in bsym.subsymbols]
+            changed = any(new is not old for new, old in zip(subsymbols, bsym.subsymbols))
+            if bsym is not self and not changed and not _swaps(bsym, swap_map, skip_inputs, skip_output):
+                return bsym
+            copy = original(bsym, swap_map, skip_inputs, skip_output, True)  # a new bound symbol, subsymbols shared
+            if changed:
+                copy.subsymbols = subsymbols
+            return copy
+
+        return swapped(self)
+
+    return replacement
+
+
+def _swaps(bsym: BoundSymbol, swap_map: dict, skip_inputs: bool, skip_output: bool) -> bool:
+    """Whether swapping ``bsym``'s own arguments and outputs would change one (or it holds a
+    ``CollectionProxy``, which the original rewrites in place)."""
+    values = ([] if skip_inputs else [bsym.args, bsym.kwargs]) + ([] if skip_output else [bsym.output])
+    for value in values:
+        flat, _ = tree_flatten_with_dataclass(value)
+        for leaf in flat:
+            if isinstance(leaf, CollectionProxy):
+                return True
+            if isinstance(leaf, Proxy):
+                target = swap_map.get(variableify(leaf))
+                if target is not None and target is not leaf:
+                    return True
+    return False
