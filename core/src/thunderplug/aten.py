@@ -538,6 +538,18 @@ class AtenTable:
 
         return {op: fn for op, fn in core_aten_decompositions().items() if op not in self.symbols}
 
+    def has_effects(self, bsym: Any) -> bool:
+        """Whether a bound symbol must not be merged, moved or removed: random, mutating or
+        communicating ATen overloads (by their schema and tags), other symbols tagged DONT_DCE."""
+        overload = self.overloads_by_id.get(bsym.sym.id)
+        if overload is None:
+            return OpTags.DONT_DCE in (bsym.sym.tags or ())
+        return (
+            torch.Tag.nondeterministic_seeded in overload.tags
+            or overload._schema.is_mutable
+            or overload.namespace in ("_c10d_functional", "c10d", "profiler")
+        )
+
     def symbol(self, overload: OpOverload) -> Symbol:
         """The registered symbol of ``overload``, else its fallback."""
         symbol = self.symbols.get(overload)

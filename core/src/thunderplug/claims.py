@@ -33,8 +33,8 @@ from thunderplug.fake import fake_mode, to_fake
 from thunderplug.specs import AtenKernelClaim, Claim, FunctionClaim, FusionFilter, SubclassOpClaim
 from thunderplug.subclass.autodiff import forward_and_backward
 from thunderplug.subclass.dispatch import torch_function_of
-from thunderplug.subclass.symbols import subclass_op_id, unrolled_op_symbol
-from thunderplug.subclass.values import SubclassTensorProxy, to_fake_tensor
+from thunderplug.subclass.symbols import unrolled_op_symbol
+from thunderplug.subclass.values import SubclassTensorProxy, subclass_op_id, to_fake_tensor
 
 log = logging.getLogger("thunderplug")
 
@@ -51,7 +51,7 @@ def claim_executor(
 ) -> OperatorExecutor:
     """One executor for the claims a plugin made under ``name``."""
     executor = OperatorExecutor(name, version="claims")
-    executor.whole_functions = {claim.target for claim in claims if isinstance(claim, FunctionClaim)}
+    executor.whole_functions = {claim.target: claim.replacement for claim in claims if isinstance(claim, FunctionClaim)}
     origin = f"claim of executor {name!r}" + (f" (plugin {plugin!r})" if plugin else "")
     for claim in claims:
         if isinstance(claim, SubclassOpClaim):

@@ -16,7 +16,7 @@ from typing import Any
 
 from thunderplug.compilation import CompilationRecord, record_of
 from thunderplug.specs import Stage
-from thunderplug.subclass.symbols import is_subclass_op
+from thunderplug.subclass.values import is_subclass_op
 from thunderplug.thunder_compat import bound_symbol_printables
 
 _BOOKKEEPING = {"unpack_trivial", "unpack_sequence", "python_return", "python_del", "del", "comment", "return"}

@@ -150,6 +150,9 @@ class FunctionClaim:
     function: type | str
     checker: Checker = accept_all
     priority: int = Priority.BEFORE_AUTODIFF
+    #: traced instead of ``function.apply`` when given: a callable with the same arguments, values
+    #: and gradients, written so that its forward and backward share expressions CSE can merge
+    replacement: Callable[..., Any] | None = None
     stage: ClassVar[Stage] = Stage.BEFORE_AUTODIFF
 
     def __post_init__(self) -> None:

@@ -27,8 +27,10 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 
+from thunderplug.aten import active_table
 from thunderplug.compilation import current_record
 from thunderplug.fake import fake_mode
+from thunderplug.subclass.residuals import save_backward_inputs
 from thunderplug.subclass.unroll import SubclassDispatchError, call_key
 from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy
 
@@ -54,18 +56,35 @@ def grad_rule(display: str, forward: Symbol, backward: Symbol) -> Callable[..., 
 def forward_and_backward(forward: Symbol, backward: Symbol, args: tuple, kwargs: dict) -> Any:
     """A joint gradient rule: emit ``forward(*args)``, then ``backward(args, kwargs, cotangents)``
     for its differentiable outputs, and put the gradient it returns for each tensor argument."""
+    trace = get_tracectx()
+    scope = trace.peek_scope() if trace is not None else None
     result = forward(*args, **kwargs)
+    forward_at = len(scope) - 1 if scope else None
     outputs = [o for o in tree_flatten(result)[0] if _differentiable(o)]
     inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
-    constant = _constant_names(get_tracectx())
+    constant = _constant_names(trace)
     wanted = tuple(not (x.name in constant or _frozen_input(x)) for x in inputs)
     if not any(wanted):
         return result
-    grads = backward(args, kwargs, [prims.get_grad(o) for o in outputs], wanted)
+    cotangents = [prims.get_grad(o) for o in outputs]
+    grads = backward(args, kwargs, cotangents, wanted)
+    if forward_at is not None and scope[forward_at].sym is forward and scope[-1].sym is backward:
+        _save_backward_inputs(scope, forward_at, cotangents)
     for value, grad, want in zip(inputs, grads, wanted):
         if want and grad is not None and _differentiable(value):
             prims.put_grad(value, grad)
     return result
+
+
+def _save_backward_inputs(scope: list, forward_at: int, cotangents: list) -> None:
+    from thunder.core.compile_data import get_compile_data
+
+    table = active_table()
+    compile_data = get_compile_data()
+    if table is None or compile_data is None:
+        return
+    others = [ex for ex in compile_data.executors_list if getattr(ex, "aten", None) is not table]
+    save_backward_inputs(scope, forward_at, cotangents, table, others)
 
 
 @functools.cache  # one function per torch op, so its backward symbol is built once

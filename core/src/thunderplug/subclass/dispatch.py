@@ -17,9 +17,9 @@ from thunder.core.symbol import Symbol
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.specs import torch_attribute
-from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
+from thunderplug.subclass.symbols import unrolled_op_symbol
 from thunderplug.subclass.unroll import SubclassDispatchError, traced
-from thunderplug.subclass.values import SubclassTensorProxy
+from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op
 from thunderplug.thunder_compat import torch_to_thunder_function_map
 
 # Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.

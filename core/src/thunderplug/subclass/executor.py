@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_methods_properties, record_source_loc_in_symbol_header
-from thunder.core.prims import OpTags
-from thunder.core.proxies import variableify
+from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import cse_single_bsym, dce, replace_redundant_inputs
@@ -28,8 +27,8 @@ from thunderplug.distributed import distributed_lookasides
 from thunderplug.output_grads import mark_outputs
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.autodiff import vjp_of
-from thunderplug.subclass.symbols import is_subclass_op, unrolled_op_symbol
-from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_unflatten
+from thunderplug.subclass.symbols import unrolled_op_symbol
+from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op, subclass_flatten, subclass_unflatten
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
 
 CORE_EXECUTOR_NAME = "thunderplug"
@@ -79,12 +78,18 @@ def _torch_autograd_backward(display: str, overload: Any) -> Symbol:
 def _cse(trace: TraceCtx, table: AtenTable) -> TraceCtx:
     """Common subexpressions of the unrolled ops, removed before executors claim them: each
     subclass op unrolls on its own, so the same cast or scale (torchao's float8 casts of a weight
-    used twice) appears once per use. Ops with random or side effects are never merged."""
+    used twice) appears once per use. Ops with random or side effects are never merged. A view
+    of a value to its own shape is the value itself, so that a cast of ``x`` and a cast of
+    ``x.reshape(x.shape)`` (torchao's backward re-shapes what its forward cast) are one."""
     rhs_to_bsym: dict = {}
     redundant: dict = {}
     kept = []
+    returned = {variableify(p) for p in trace.bound_symbols[-1].flat_proxy_args} if trace.bound_symbols else set()
     for bsym in trace.bound_symbols:
-        if _has_effects(bsym, table):
+        if _same_shape_view(bsym, table) and variableify(bsym.output) not in returned:
+            source = bsym.args[0]
+            redundant[variableify(bsym.output)] = redundant.get(variableify(source), source)
+        elif table.has_effects(bsym):
             kept.append(_swapped(bsym, redundant, skip_output=True))
         elif _reads(bsym, redundant):
             if (new := cse_single_bsym(redundant, rhs_to_bsym, bsym)) is not None:
@@ -97,6 +102,17 @@ def _cse(trace: TraceCtx, table: AtenTable) -> TraceCtx:
     result = from_trace(trace)
     result.bound_symbols = replace_redundant_inputs(redundant, kept)
     return result
+
+
+#: ATen views that only re-shape; one to the shape its input already has is that input
+_RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
+
+
+def _same_shape_view(bsym: BoundSymbol, table: AtenTable) -> bool:
+    if table.overloads_by_id.get(bsym.sym.id) not in _RESHAPES:
+        return False
+    source, out = bsym.args[0], bsym.output
+    return isinstance(source, TensorProxy) and isinstance(out, TensorProxy) and tuple(out.shape) == tuple(source.shape)
 
 
 def _reads(bsym: BoundSymbol, swap: dict) -> bool:
@@ -112,18 +128,6 @@ def _swapped(bsym: BoundSymbol, swap: dict, *, skip_output: bool = False) -> Bou
     if not swap or not (writes or _reads(bsym, swap)):
         return bsym
     return bsym.from_bsym_swap_proxies(swap, skip_output=skip_output)
-
-
-def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
-    """Random, mutating or communicating ATen overloads (by their schema and tags)."""
-    overload = table.overloads_by_id.get(bsym.sym.id)
-    if overload is None:
-        return OpTags.DONT_DCE in (bsym.sym.tags or ())
-    return (
-        torch.Tag.nondeterministic_seeded in overload.tags
-        or overload._schema.is_mutable
-        or overload.namespace in ("_c10d_functional", "c10d", "profiler")
-    )
 
 
 def _opaque_proxy_methods() -> dict:

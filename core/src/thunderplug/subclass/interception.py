@@ -212,19 +212,25 @@ def function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(wrapped_cls, *args, **kwargs)
         display = f"{cls.__name__}.apply"
         values = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
-        if not (_claimed_whole(cls) or _involves_subclasses(display, cls.apply, *values)):
+        claimed, replacement = _claimed_whole(cls)
+        if not (claimed or _involves_subclasses(display, cls.apply, *values)):
             return original(wrapped_cls, *args, **kwargs)
-        symbol = unrolled_op_symbol(display, cls.apply)
+        symbol = unrolled_op_symbol(display, replacement or cls.apply)
         return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)
 
     return replacement
 
 
-def _claimed_whole(cls: type) -> bool:
+def _claimed_whole(cls: type) -> tuple[bool, Callable[..., Any] | None]:
+    """Whether a plugin claimed the Function whole, and the replacement it gave for ``apply``."""
     from thunder.core.compile_data import get_compile_data
 
     name = f"{cls.__module__}.{cls.__qualname__}"
-    return any(name in getattr(ex, "whole_functions", ()) for ex in get_compile_data().executors_list)
+    for executor in get_compile_data().executors_list:
+        whole = getattr(executor, "whole_functions", {})
+        if name in whole:
+            return True, whole[name]
+    return False, None
 
 
 def _involves_subclasses(display: str, fn: Callable[..., Any], args: list, kwargs: dict) -> bool:

@@ -17,21 +17,10 @@ from thunder.core.transforms import register_grad
 
 from thunderplug.subclass.autodiff import forward_only, grad_rule, vjp_of
 from thunderplug.subclass.unroll import unroll
-from thunderplug.subclass.values import subclass_flatten, subclass_unflatten
-
-SUBCLASS_OP_PREFIX = "thunderplug.subclass."
+from thunderplug.subclass.values import subclass_flatten, subclass_op_id, subclass_unflatten
 
 _symbols: dict[tuple[str, Any], Symbol] = {}
 _lock = threading.RLock()
-
-
-def subclass_op_id(display: str) -> str:
-    """The symbol id of the subclass op shown as ``display`` (the one place ids are built)."""
-    return SUBCLASS_OP_PREFIX + display
-
-
-def is_subclass_op(symbol: Symbol) -> bool:
-    return isinstance(symbol.id, str) and symbol.id.startswith(SUBCLASS_OP_PREFIX)
 
 
 def unrolled_op_symbol(display: str, torch_fn: Callable[..., Any], *, differentiable: bool = True) -> Symbol:

@@ -24,6 +24,18 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from thunderplug.fake import fake_like, fake_mode, memory_order_of, set_memory_order, tensor_memory_order
 
+SUBCLASS_OP_PREFIX = "thunderplug.subclass."
+
+
+def subclass_op_id(display: str) -> str:
+    """The symbol id of the subclass op shown as ``display`` (the one place ids are built)."""
+    return SUBCLASS_OP_PREFIX + display
+
+
+def is_subclass_op(symbol: Any) -> bool:
+    """Whether ``symbol`` is a subclass op, which the core executor's fusion pass unrolls."""
+    return isinstance(symbol.id, str) and symbol.id.startswith(SUBCLASS_OP_PREFIX)
+
 
 class SubclassLayout:
     """How to rebuild one subclass value from its inner tensors: the ``__tensor_unflatten__`` arguments.

@@ -29,11 +29,14 @@ def _rule(name: str):
     return call
 
 
+_matmul_on_rows = _rule("matmul_on_rows")  # one function, so its traced graphs are cached across discover() lists
+
+
 @hookimpl
 def register_claims(register) -> None:
     # Float8Linear's autograd.Function as one op: traced on fakes (its forward and its own
     # backward) instead of thunder interpreting torchao's Python line by line (tens of seconds).
-    register(FunctionClaim("float8", FLOAT8_LINEAR_FUNCTION))
+    register(FunctionClaim("float8", FLOAT8_LINEAR_FUNCTION, replacement=_matmul_on_rows))
     register(
         SubclassOpClaim(
             executor="float8",

@@ -1,0 +1,157 @@
+"""Saving what a backward computes from forward values alone, instead of recomputing it.
+
+A subclass op's backward is traced from the op's inputs and the cotangents (``autodiff.vjp_of``),
+so what it derives from the inputs alone would run in the backward: torchao's float8 Linear
+casts its saved input and weight to float8 again there, the same casts its forward just did.
+As AOTAutograd's partitioner does, the part of the backward that reads no cotangent moves into
+the forward op, and its results are saved instead of the inputs it read. After unrolling, the
+moved casts and the forward's own are the same expressions, which the core executor's CSE merges.
+
+The move is made only where it saves no more bytes than the backward would have kept alive
+(float8 data instead of the float32 input it was cast from), where nothing moved is random,
+mutating or communicating, where every cotangent is a plain tensor (a subclass cotangent may be
+traced again when its real type is known, which needs the original inputs), and where no other
+executor has an implementation of either op.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.symbol import BoundSymbol, Symbol
+
+from thunderplug.aten import AtenTable
+from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_op_id
+
+_symbols: dict[str, Symbol] = {}
+_lock = threading.Lock()
+
+
+def save_backward_inputs(
+    scope: list[BoundSymbol], forward_at: int, cotangents: Sequence[Any], table: AtenTable, others: Sequence[Any]
+) -> None:
+    """Rewrite ``scope[forward_at]`` (a subclass op) and ``scope[-1]`` (its backward) in place so the
+    backward's cotangent-free part runs in the forward, when that is worth it (see the module)."""
+    forward, backward = scope[forward_at], scope[-1]
+    if any(isinstance(c, SubclassTensorProxy) for c in cotangents) or _claimed(forward, backward, others):
+        return
+    parts = _split(backward, {c.name for c in cotangents if isinstance(c, Proxy)}, table)
+    if parts is None:
+        return
+    moved, kept, saved, rest_inputs = parts
+    if _saved_bytes(rest_inputs, moved, table) > _saved_bytes(_tensor_args(backward), [], table):
+        return
+    display = str(forward.sym.id).removeprefix(subclass_op_id(""))
+    scope[forward_at] = forward.from_bsym(
+        sym=_symbol(f"{display}.saving"),
+        output=(forward.output, tuple(saved)),
+        subsymbols=[*forward.subsymbols, *moved],
+    )
+    scope[-1] = backward.from_bsym(
+        sym=_symbol(f"{display}.backward_from_saved"), args=tuple(rest_inputs), kwargs={}, subsymbols=kept
+    )
+
+
+def _claimed(forward: BoundSymbol, backward: BoundSymbol, others: Sequence[Any]) -> bool:
+    return any(bsym.sym.id in getattr(ex, "implmap", {}) for ex in others for bsym in (forward, backward))
+
+
+def _split(
+    backward: BoundSymbol, cotangent_names: set[str], table: AtenTable
+) -> tuple[list[BoundSymbol], list[BoundSymbol], list[Proxy], list[Proxy]] | None:
+    """(subsymbols to move, subsymbols to keep, the moved values the kept ones read, the kept
+    part's inputs), or None when nothing worth moving reads no cotangent."""
+    reads_cotangent = set(cotangent_names)
+    free, kept = [], []
+    for sub in backward.subsymbols:
+        if any(p.name in reads_cotangent for p in sub.flat_proxy_args):
+            kept.append(sub)
+            reads_cotangent.update(o.name for o in sub.flat_proxy_outs)
+        else:
+            free.append(sub)
+    kept_outputs = {o.name for sub in kept for o in sub.flat_proxy_outs}
+    if any(o.name not in kept_outputs for o in backward.flat_proxy_outs):
+        return None  # a gradient computed without a cotangent (or passed through): left as is
+    rest_inputs = _inputs_of(kept)
+    needed = {p.name for p in rest_inputs}
+    moved = []
+    for sub in reversed(free):  # only what the kept part reads; the rest recomputes the forward
+        if any(o.name in needed for o in sub.flat_proxy_outs):
+            moved.insert(0, sub)
+            needed.update(p.name for p in sub.flat_proxy_args)
+    if all(_is_view(sub, table) for sub in moved) or any(_has_effects(sub, table) for sub in moved):
+        return None
+    produced = {o.name for sub in moved for o in sub.flat_proxy_outs}
+    saved = [p for p in rest_inputs if p.name in produced]
+    return moved, kept, saved, rest_inputs
+
+
+def _inputs_of(bsyms: list[BoundSymbol]) -> list[Proxy]:
+    """The proxies ``bsyms`` read that none of them produces, in first-read order."""
+    produced: set[str] = set()
+    seen: dict[str, Proxy] = {}
+    for bsym in bsyms:
+        for p in bsym.flat_proxy_args:
+            if p.name not in produced:
+                seen.setdefault(p.name, p)
+        produced.update(o.name for o in bsym.flat_proxy_outs)
+    return list(seen.values())
+
+
+def _is_view(bsym: BoundSymbol, table: AtenTable) -> bool:
+    """Whether ``bsym`` only takes a view or an inner tensor of its first argument."""
+    overload = table.overloads_by_id.get(bsym.sym.id)
+    return bsym.sym == subclass_flatten or (overload is not None and overload.is_view)
+
+
+def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
+    return table.has_effects(bsym) or any(_has_effects(sub, table) for sub in bsym.subsymbols)
+
+
+def _tensor_args(bsym: BoundSymbol) -> list[Proxy]:
+    return [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+
+
+def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenTable) -> int:
+    """Bytes the backward keeps alive to read ``inputs``: a view (or an inner tensor) of another
+    value keeps that value's storage, counted once."""
+    base: dict[str, Proxy] = {}
+    for sub in moved:
+        if _is_view(sub, table):
+            source = next((p for p in sub.flat_proxy_args if isinstance(p, TensorProxy)), None)
+            if source is not None:
+                for out in sub.flat_proxy_outs:
+                    base[out.name] = base.get(source.name, source)
+    roots = {}
+    for p in inputs:
+        if isinstance(p, TensorProxy):
+            root = base.get(p.name, p)
+            roots[root.name] = root
+    return sum(_nbytes(root) for root in roots.values())
+
+
+def _nbytes(proxy: TensorProxy) -> int:
+    if isinstance(proxy, SubclassTensorProxy):
+        return sum(_nbytes(inner) for inner in proxy.inner.values())
+    return int(proxy.numel) * proxy.dtype.bytes
+
+
+def _symbol(display: str) -> Symbol:
+    """The symbol of a rewritten op: bound here from other ops' subsymbols, never traced by a call."""
+    with _lock:
+        symbol = _symbols.get(display)
+        if symbol is None:
+
+            def meta(*args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError(f"{display} is assembled from a traced op and its backward; it is never traced")
+
+            symbol = _symbols[display] = Symbol(
+                name="".join(c if c.isalnum() else "_" for c in display),
+                meta=meta,
+                id=subclass_op_id(display),
+                _module=__import__(__name__, fromlist=["_"]),
+            )
+        return symbol
