@@ -1,17 +1,20 @@
-"""Saving what a backward computes from forward values alone, instead of recomputing it.
+"""Letting a backward reuse what its forward computed, instead of computing it again.
 
 A subclass op's backward is traced from the op's inputs and the cotangents (``autodiff.vjp_of``),
-so what it derives from the inputs alone would run in the backward: torchao's float8 Linear
-casts its saved input and weight to float8 again there, the same casts its forward just did.
-As AOTAutograd's partitioner does, the part of the backward that reads no cotangent moves into
-the forward op, and its results are saved instead of the inputs it read. After unrolling, the
-moved casts and the forward's own are the same expressions, which the core executor's CSE merges.
+so what it derives from the inputs alone runs again in the backward: torchao's float8 Linear
+casts its saved input and weight to float8 again there, the same casts its forward just did,
+and ``exp``'s backward recomputes ``exp(x)``. thunder's CSE never merges an expression of the
+backward with one of the forward (its right-hand sides include the BACKWARD tag), so the part of
+the backward that reads no cotangent joins the forward op here. After unrolling, CSE keeps one
+copy of what both compute, and the backward reads the forward's value (AOTAutograd's partitioner
+does the same on its joint graph). What CSE does not merge is needed by no forward output, so
+thunder's split puts it back into the backward.
 
-The move is made only where it saves no more bytes than the backward would have kept alive
-(float8 data instead of the float32 input it was cast from), where nothing moved is random,
-mutating or communicating, where every cotangent is a plain tensor (a subclass cotangent may be
-traced again when its real type is known, which needs the original inputs), and where no other
-executor has an implementation of either op.
+The move is made only where the values the backward would then read take no more bytes than the
+inputs it read before (float8 data instead of the float32 input it was cast from), where nothing
+moved is random, mutating or communicating, where every cotangent is a plain tensor (a subclass
+cotangent may be traced again once its real type is known, which needs the original inputs),
+and where no other executor has an implementation of either op.
 """
 
 from __future__ import annotations

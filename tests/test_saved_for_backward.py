@@ -1,0 +1,107 @@
+"""A backward reuses what its forward computed (``subclass.residuals``), and the float8 plugin's
+row-wise matmul lets CSE keep one float8 cast of each input and weight: checked on the traces,
+the saved tensors, and against eager."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import thunder
+import torch
+from torch.testing._internal.custom_tensor import CustomTensorPlainOut
+
+import thunderplug
+
+
+def _ops(trace) -> list[str]:
+    return [bsym.sym.name for bsym in trace.bound_symbols]
+
+
+def _saved(jitted) -> list:
+    """The tensors the forward trace returns for the backward."""
+    ret = thunder.last_traces(jitted)[-1].bound_symbols[-1]
+    _, (saved_tensors, _) = ret.args
+    return list(saved_tensors)
+
+
+def test_a_backward_reuses_the_forward_value_it_would_recompute():
+    def f(x):
+        return torch.exp(x)  # CustomTensorPlainOut: exp of both inner tensors, summed into a plain tensor
+
+    def make():
+        torch.manual_seed(0)
+        return CustomTensorPlainOut(torch.randn(4, 5), torch.randn(4, 5)).requires_grad_(True)
+
+    x, x_eager = make(), make()
+    jitted = thunder.jit(f, executors=thunderplug.discover(quiet=True))
+    out, expected = jitted(x), f(x_eager)
+    grad = torch.randn(4, 5)
+    out.backward(grad)
+    expected.backward(grad)
+    assert type(out) is type(expected) and type(x.grad) is type(x_eager.grad)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    # the derivative reads exp(x), which the forward computed: the backward reads it, not recomputes it
+    assert sum("exp" in name for name in _ops(thunder.last_traces(jitted)[-1])) == 2  # one per inner tensor
+    assert not any("exp" in name for name in _ops(thunder.last_backward_traces(jitted)[-1]))
+
+
+torchao = pytest.importorskip("torchao")
+
+
+def _float8_model():
+    from torchao.float8 import convert_to_float8_training
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
+    return convert_to_float8_training(model)
+
+
+def test_float8_linear_casts_each_input_and_weight_once_and_saves_the_float8_copy():
+    eager = _float8_model()
+    compiled = copy.deepcopy(eager)
+    jitted = thunder.jit(compiled, executors=thunderplug.discover(quiet=True))
+    x = torch.randn(4, 16, 64)
+    x_eager = x.clone().requires_grad_()
+    x.requires_grad_()
+    for _ in range(2):  # the second call runs the cached program
+        out, expected = jitted(x), eager(x_eager)
+        grad = torch.randn_like(expected)
+        out.backward(grad)
+        expected.backward(grad)
+        assert torch.equal(out, expected)
+    assert torch.equal(x.grad, x_eager.grad)
+    for p, q in zip(compiled.parameters(), eager.parameters()):
+        assert torch.equal(p.grad, q.grad)
+
+    def casts(trace, dtype: str) -> int:
+        return str(trace).count(f"dtype=torch.{dtype})")
+
+    forward, backward = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
+    # 2 Linears: the forward casts 2 inputs and 2 weights, the backward only the 2 gradients (e5m2)
+    assert casts(forward, "float8_e4m3fn") == 4
+    assert casts(backward, "float8_e4m3fn") == 0
+    assert casts(backward, "float8_e5m2") == 2
+    saved = _saved(jitted)
+    assert sum(t.dtype == thunder.dtypes.float8_e4m3fn for t in saved) == 4
+    # no float32 copy of a Linear's input is kept: GELU's input is (its backward needs it), the inputs are not
+    inputs_f32 = [t for t in saved if t.dtype == thunder.dtypes.float32 and tuple(t.shape) in ((4, 16, 64), (64, 64))]
+    assert not inputs_f32
+
+
+def test_the_float8_rows_rule_equals_torchao_forward_and_backward():
+    from torchao.float8.config import Float8LinearConfig
+    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
+    from torchao.float8.float8_training_tensor import LinearMMConfig
+    from thunderplug_float8.rules import matmul_on_rows
+
+    config, mm_config = Float8LinearConfig(), LinearMMConfig()
+    x = torch.randn(3, 8, 32, requires_grad=True)
+    w = torch.randn(16, 32, requires_grad=True)
+    grad = torch.randn(3, 8, 16)
+    out = matmul_on_rows(x, w.t(), mm_config, config)
+    (gx, gw) = torch.autograd.grad(out, (x, w), grad)
+    expected = matmul_with_hp_or_float8_args.apply(x, w.t(), mm_config, config)
+    (ex, ew) = torch.autograd.grad(expected, (x, w), grad)
+    assert torch.equal(out, expected) and torch.equal(gx, ex) and torch.equal(gw, ew)
