@@ -105,3 +105,20 @@ def test_the_float8_rows_rule_equals_torchao_forward_and_backward():
     expected = matmul_with_hp_or_float8_args.apply(x, w.t(), mm_config, config)
     (ex, ew) = torch.autograd.grad(expected, (x, w), grad)
     assert torch.equal(out, expected) and torch.equal(gx, ex) and torch.equal(gw, ew)
+
+
+def test_a_larger_value_is_not_saved_in_place_of_what_the_backward_read():
+    from torchao.dtypes.nf4tensor import linear_nf4, to_nf4
+
+    torch.manual_seed(0)
+    weight = to_nf4(torch.randn(256, 128))
+    x = torch.randn(2048, 128, requires_grad=True)  # larger than the dequantized weight
+    x_eager = x.detach().clone().requires_grad_()
+    jitted = thunder.jit(lambda x, w: linear_nf4(x, w), executors=thunderplug.discover(quiet=True))
+    out, expected = jitted(x, weight), linear_nf4(x_eager, weight)
+    grad = torch.randn_like(expected)
+    out.backward(grad)
+    expected.backward(grad)
+    assert torch.equal(out, expected) and torch.equal(x.grad, x_eager.grad)
+    # the backward dequantizes the 4-bit weight again rather than keeping a float32 copy alive
+    assert not [t for t in _saved(jitted) if thunder.dtypes.is_float_dtype(t.dtype) and tuple(t.shape) in ((256, 128), (128, 256))]

@@ -41,12 +41,16 @@ def save_backward_inputs(
     forward, backward = scope[forward_at], scope[-1]
     if any(isinstance(c, SubclassTensorProxy) for c in cotangents) or _claimed(forward, backward, others):
         return
-    parts = _split(backward, {c.name for c in cotangents if isinstance(c, Proxy)}, table)
+    cotangent_names = {c.name for c in cotangents if isinstance(c, Proxy)}
+    parts = _split(backward, cotangent_names, table)
     if parts is None:
         return
     moved, kept, saved, rest_inputs = parts
-    if _saved_bytes(rest_inputs, moved, table) > _saved_bytes(_tensor_args(backward), [], table):
-        return
+    live = _needed(backward.subsymbols, {o.name for o in backward.flat_proxy_outs})
+    read_before = [p for p in _inputs_of(live) if p.name not in cotangent_names]
+    read_after = [p for p in rest_inputs if p.name not in cotangent_names]
+    if _saved_bytes(read_after, moved, table) > _saved_bytes(read_before, [], table):
+        return  # e.g. NF4's dequantized weight: larger than the packed weight the backward reads
     display = str(forward.sym.id).removeprefix(subclass_op_id(""))
     scope[forward_at] = forward.from_bsym(
         sym=_symbol(f"{display}.saving"),
@@ -79,17 +83,22 @@ def _split(
     if any(o.name not in kept_outputs for o in backward.flat_proxy_outs):
         return None  # a gradient computed without a cotangent (or passed through): left as is
     rest_inputs = _inputs_of(kept)
-    needed = {p.name for p in rest_inputs}
-    moved = []
-    for sub in reversed(free):  # only what the kept part reads; the rest recomputes the forward
-        if any(o.name in needed for o in sub.flat_proxy_outs):
-            moved.insert(0, sub)
-            needed.update(p.name for p in sub.flat_proxy_args)
+    moved = _needed(free, {p.name for p in rest_inputs})  # the rest recomputes the forward: dead
     if all(_is_view(sub, table) for sub in moved) or any(_has_effects(sub, table) for sub in moved):
         return None
     produced = {o.name for sub in moved for o in sub.flat_proxy_outs}
     saved = [p for p in rest_inputs if p.name in produced]
     return moved, kept, saved, rest_inputs
+
+
+def _needed(bsyms: list[BoundSymbol], names: set[str]) -> list[BoundSymbol]:
+    """The bound symbols that compute the values ``names`` (transitively)."""
+    needed, result = set(names), []
+    for bsym in reversed(bsyms):
+        if any(o.name in needed for o in bsym.flat_proxy_outs):
+            result.insert(0, bsym)
+            needed.update(p.name for p in bsym.flat_proxy_args)
+    return result
 
 
 def _inputs_of(bsyms: list[BoundSymbol]) -> list[Proxy]:
@@ -112,10 +121,6 @@ def _is_view(bsym: BoundSymbol, table: AtenTable) -> bool:
 
 def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
     return table.has_effects(bsym) or any(_has_effects(sub, table) for sub in bsym.subsymbols)
-
-
-def _tensor_args(bsym: BoundSymbol) -> list[Proxy]:
-    return [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
 
 
 def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenTable) -> int:
