@@ -94,6 +94,7 @@ def test_the_float8_rows_rule_equals_torchao_forward_and_backward():
     from torchao.float8.config import Float8LinearConfig
     from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
     from torchao.float8.float8_training_tensor import LinearMMConfig
+
     from thunderplug_float8.rules import matmul_on_rows
 
     config, mm_config = Float8LinearConfig(), LinearMMConfig()
