@@ -122,4 +122,5 @@ def test_a_larger_value_is_not_saved_in_place_of_what_the_backward_read():
     expected.backward(grad)
     assert torch.equal(out, expected) and torch.equal(x.grad, x_eager.grad)
     # the backward dequantizes the 4-bit weight again rather than keeping a float32 copy alive
-    assert not [t for t in _saved(jitted) if thunder.dtypes.is_float_dtype(t.dtype) and tuple(t.shape) in ((256, 128), (128, 256))]
+    weight_shaped = ((256, 128), (128, 256))
+    assert not [t for t in _saved(jitted) if thunder.dtypes.is_float_dtype(t.dtype) and tuple(t.shape) in weight_shaped]
