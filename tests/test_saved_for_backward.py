@@ -124,3 +124,25 @@ def test_a_larger_value_is_not_saved_in_place_of_what_the_backward_read():
     # the backward dequantizes the 4-bit weight again rather than keeping a float32 copy alive
     weight_shaped = ((256, 128), (128, 256))
     assert not [t for t in _saved(jitted) if thunder.dtypes.is_float_dtype(t.dtype) and tuple(t.shape) in weight_shaped]
+
+
+def test_a_float8_weight_copy_larger_than_the_activation_is_not_saved():
+    from torchao.float8 import convert_to_float8_training
+
+    torch.manual_seed(0)
+    eager = convert_to_float8_training(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(),
+                                                           torch.nn.Linear(512, 64)))
+    compiled = copy.deepcopy(eager)
+    jitted = thunder.jit(compiled, executors=thunderplug.discover(quiet=True))
+    x = torch.randn(4, 64, requires_grad=True)  # 4 rows: each weight's float8 copy is larger than its input
+    x_eager = x.detach().clone().requires_grad_()
+    out, expected = jitted(x), eager(x_eager)
+    grad = torch.randn_like(expected)
+    out.backward(grad)
+    expected.backward(grad)
+    assert torch.equal(out, expected) and torch.equal(x.grad, x_eager.grad)
+    for p, q in zip(compiled.parameters(), eager.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    weight_shapes = {(512, 64), (64, 512)}
+    fp8 = [t for t in _saved(jitted) if t.dtype == thunder.dtypes.float8_e4m3fn]
+    assert fp8 and not [t for t in fp8 if tuple(t.shape) in weight_shapes]  # activations' copies only

@@ -13,6 +13,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunder.core.prims import PrimIDs
+from thunder.core.proxies import TensorProxy
+
 from thunderplug.specs import Stage
 
 
@@ -35,6 +38,11 @@ class CompilationRecord:
     source_locations: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)
     #: op names that ran through the generic fallback (no plugin registered them)
     fallbacks: set[str] = field(default_factory=set)
+    #: names of the interpreted program's inputs (parameters among them) and of views of them:
+    #: the caller keeps these alive, so a backward reading one keeps no extra memory
+    alive: set[str] = field(default_factory=set)
+    _alive_in: Any = None  # a weak reference to the trace ``alive`` describes
+    _alive_scanned: int = 0
 
     def decide(self, decision: Decision) -> None:
         self.decisions.append(decision)
@@ -48,8 +56,34 @@ class CompilationRecord:
         lines = sorted({loc.strip()[4:-1] for (name, _), loc in self.source_locations.items() if name == display})
         return f" (at {' or '.join(lines)})" if lines else ""
 
+    def note_alive(self, trace: Any) -> None:
+        """Extend ``alive`` from the interpretation trace's bound symbols not seen yet (a new trace
+        starts afresh): a value made from a real input tensor has a provenance ``history``; a view
+        of an alive value is alive."""
+        if self._alive_in is None or self._alive_in() is not trace:
+            self.alive, self._alive_in, self._alive_scanned = set(), weakref.ref(trace), 0
+        bound_symbols = trace.bound_symbols
+        for bsym in bound_symbols[self._alive_scanned :]:
+            tensors = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+            self.alive.update(p.name for p in tensors if getattr(p, "history", None) is not None)
+            if _only_views(bsym) and tensors and all(p.name in self.alive for p in tensors):
+                self.alive.update(o.name for o in bsym.flat_proxy_outs)
+        self._alive_scanned = len(bound_symbols)
+
     def latest_decision(self, executor: str, target: str) -> Decision | None:
         return next((d for d in reversed(self.decisions) if d.executor == executor and d.target == target), None)
+
+
+_VIEW_PRIMS = frozenset(
+    {PrimIDs.BROADCAST_IN_DIM, PrimIDs.RESHAPE, PrimIDs.SLICE, PrimIDs.SQUEEZE, PrimIDs.TRANSPOSE, PrimIDs.VIEW}
+)
+
+
+def _only_views(bsym: Any) -> bool:
+    """Whether ``bsym`` (``x.t()``, ``x.view(...)``) decomposes into view prims only."""
+    if bsym.sym.id in _VIEW_PRIMS:
+        return True
+    return bool(bsym.subsymbols) and all(_only_views(sub) for sub in bsym.subsymbols)
 
 
 _records: weakref.WeakKeyDictionary[Any, CompilationRecord] = weakref.WeakKeyDictionary()

@@ -81,10 +81,11 @@ def _save_backward_inputs(scope: list, forward_at: int, cotangents: list) -> Non
 
     table = active_table()
     compile_data = get_compile_data()
-    if table is None or compile_data is None:
+    record = current_record()
+    if table is None or compile_data is None or record is None:
         return
     others = [ex for ex in compile_data.executors_list if getattr(ex, "aten", None) is not table]
-    save_backward_inputs(scope, forward_at, cotangents, table, others)
+    save_backward_inputs(scope, forward_at, cotangents, table, others, record.alive)
 
 
 @functools.cache  # one function per torch op, so its backward symbol is built once

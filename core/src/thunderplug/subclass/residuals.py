@@ -11,10 +11,12 @@ does the same on its joint graph). What CSE does not merge is needed by no forwa
 thunder's split puts it back into the backward.
 
 The move is made only where the values the backward would then read take no more bytes than the
-inputs it read before (float8 data instead of the float32 input it was cast from), where nothing
-moved is random, mutating or communicating, where every cotangent is a plain tensor (a subclass
-cotangent may be traced again once its real type is known, which needs the original inputs),
-and where no other executor has an implementation of either op.
+inputs it read before (float8 data instead of the float32 input it was cast from); inputs the
+caller keeps alive anyway (parameters, the program's inputs, views of them) count nothing, so a
+weight's float8 copy is kept only where it comes with a larger saving on activations. Nothing
+random, mutating or communicating is moved; nothing at all where a cotangent is a subclass (its
+backward may be traced again once the real type is known, which needs the original inputs) or
+where another executor has an implementation of either op.
 """
 
 from __future__ import annotations
@@ -34,23 +36,35 @@ _lock = threading.Lock()
 
 
 def save_backward_inputs(
-    scope: list[BoundSymbol], forward_at: int, cotangents: Sequence[Any], table: AtenTable, others: Sequence[Any]
+    scope: list[BoundSymbol],
+    forward_at: int,
+    cotangents: Sequence[Any],
+    table: AtenTable,
+    others: Sequence[Any],
+    alive: set[str],
 ) -> None:
     """Rewrite ``scope[forward_at]`` (a subclass op) and ``scope[-1]`` (its backward) in place so the
-    backward's cotangent-free part runs in the forward, when that is worth it (see the module)."""
+    backward's cotangent-free part runs in the forward, when that is worth it (see the module).
+    ``alive`` names values the caller keeps alive anyway (the program's inputs and views of them,
+    such as a parameter's transpose): reading them costs the backward nothing."""
     forward, backward = scope[forward_at], scope[-1]
     if any(isinstance(c, SubclassTensorProxy) for c in cotangents) or _claimed(forward, backward, others):
         return
     cotangent_names = {c.name for c in cotangents if isinstance(c, Proxy)}
-    parts = _split(backward, cotangent_names, table)
-    if parts is None:
-        return
-    moved, kept, saved, rest_inputs = parts
     live = _needed(backward.subsymbols, {o.name for o in backward.flat_proxy_outs})
-    read_before = [p for p in _inputs_of(live) if p.name not in cotangent_names]
-    read_after = [p for p in rest_inputs if p.name not in cotangent_names]
-    if _saved_bytes(read_after, moved, table) > _saved_bytes(read_before, [], table):
-        return  # e.g. NF4's dequantized weight: larger than the packed weight the backward reads
+    free, kept = _by_cotangent(live, cotangent_names)
+    kept_outputs = {o.name for sub in kept for o in sub.flat_proxy_outs}
+    if any(o.name not in kept_outputs for o in backward.flat_proxy_outs):
+        return  # a gradient computed without a cotangent (or passed through): left as is
+    budget = _saved_bytes([p for p in _inputs_of(live) if p.name not in cotangent_names], [], table, alive)
+    moved = _within_budget(free, kept, budget, table, alive)
+    if all(_is_view(sub, table) for sub in moved) or any(_has_effects(sub, table) for sub in moved):
+        return
+    moved_ids = {id(sub) for sub in moved}
+    rest = [sub for sub in live if id(sub) not in moved_ids]
+    rest_inputs = _inputs_of(rest)
+    produced = {o.name for sub in moved for o in sub.flat_proxy_outs}
+    saved = [p for p in rest_inputs if p.name in produced]
     display = str(forward.sym.id).removeprefix(subclass_op_id(""))
     scope[forward_at] = forward.from_bsym(
         sym=_symbol(f"{display}.saving"),
@@ -58,7 +72,7 @@ def save_backward_inputs(
         subsymbols=[*forward.subsymbols, *moved],
     )
     scope[-1] = backward.from_bsym(
-        sym=_symbol(f"{display}.backward_from_saved"), args=tuple(rest_inputs), kwargs={}, subsymbols=kept
+        sym=_symbol(f"{display}.backward_from_saved"), args=tuple(rest_inputs), kwargs={}, subsymbols=rest
     )
 
 
@@ -66,29 +80,43 @@ def _claimed(forward: BoundSymbol, backward: BoundSymbol, others: Sequence[Any])
     return any(bsym.sym.id in getattr(ex, "implmap", {}) for ex in others for bsym in (forward, backward))
 
 
-def _split(
-    backward: BoundSymbol, cotangent_names: set[str], table: AtenTable
-) -> tuple[list[BoundSymbol], list[BoundSymbol], list[Proxy], list[Proxy]] | None:
-    """(subsymbols to move, subsymbols to keep, the moved values the kept ones read, the kept
-    part's inputs), or None when nothing worth moving reads no cotangent."""
-    reads_cotangent = set(cotangent_names)
+def _by_cotangent(bsyms: list[BoundSymbol], cotangent_names: set[str]) -> tuple[list[BoundSymbol], list[BoundSymbol]]:
+    """(those that read no cotangent, those that do, directly or through another)."""
+    tainted = set(cotangent_names)
     free, kept = [], []
-    for sub in backward.subsymbols:
-        if any(p.name in reads_cotangent for p in sub.flat_proxy_args):
+    for sub in bsyms:
+        if any(p.name in tainted for p in sub.flat_proxy_args):
             kept.append(sub)
-            reads_cotangent.update(o.name for o in sub.flat_proxy_outs)
+            tainted.update(o.name for o in sub.flat_proxy_outs)
         else:
             free.append(sub)
-    kept_outputs = {o.name for sub in kept for o in sub.flat_proxy_outs}
-    if any(o.name not in kept_outputs for o in backward.flat_proxy_outs):
-        return None  # a gradient computed without a cotangent (or passed through): left as is
-    rest_inputs = _inputs_of(kept)
-    moved = _needed(free, {p.name for p in rest_inputs})  # the rest recomputes the forward: dead
-    if all(_is_view(sub, table) for sub in moved) or any(_has_effects(sub, table) for sub in moved):
-        return None
-    produced = {o.name for sub in moved for o in sub.flat_proxy_outs}
-    saved = [p for p in rest_inputs if p.name in produced]
-    return moved, kept, saved, rest_inputs
+    return free, kept
+
+
+def _within_budget(
+    free: list[BoundSymbol], kept: list[BoundSymbol], budget: int, table: AtenTable, alive: set[str]
+) -> list[BoundSymbol]:
+    """The cotangent-free subsymbols to move: all that the kept part reads, if what it then reads
+    fits the bytes it read before; else, per set of inputs, the values computed from them that
+    take no more than those inputs (an activation's float8 copy, not a parameter's: the
+    parameter is alive anyway, its float8 copy would not be)."""
+    reads = _inputs_of(kept)
+    candidates = _needed(free, {p.name for p in reads})
+    produced = {o.name for sub in candidates for o in sub.flat_proxy_outs}
+    saved = [p for p in reads if p.name in produced]
+    if _saved_bytes(saved, candidates, table, alive) <= budget:
+        return candidates
+    by_sources: dict[frozenset[str], list[Proxy]] = {}
+    for value in saved:
+        sources = _inputs_of(_needed(candidates, {value.name}))
+        by_sources.setdefault(frozenset(p.name for p in sources), []).append(value)
+    inputs = _inputs_of(candidates)
+    chosen = []
+    for sources, values in by_sources.items():
+        read = [p for p in inputs if p.name in sources]
+        if _saved_bytes(values, candidates, table, alive) <= _saved_bytes(read, [], table, alive):
+            chosen.extend(values)
+    return _needed(candidates, {p.name for p in chosen})
 
 
 def _needed(bsyms: list[BoundSymbol], names: set[str]) -> list[BoundSymbol]:
@@ -123,9 +151,9 @@ def _has_effects(bsym: BoundSymbol, table: AtenTable) -> bool:
     return table.has_effects(bsym) or any(_has_effects(sub, table) for sub in bsym.subsymbols)
 
 
-def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenTable) -> int:
+def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenTable, alive: set[str]) -> int:
     """Bytes the backward keeps alive to read ``inputs``: a view (or an inner tensor) of another
-    value keeps that value's storage, counted once."""
+    value keeps that value's storage, counted once; values in ``alive`` cost nothing."""
     base: dict[str, Proxy] = {}
     for sub in moved:
         if _is_view(sub, table):
@@ -138,7 +166,7 @@ def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenT
         if isinstance(p, TensorProxy):
             root = base.get(p.name, p)
             roots[root.name] = root
-    return sum(_nbytes(root) for root in roots.values())
+    return sum(_nbytes(root) for name, root in roots.items() if name not in alive)
 
 
 def _nbytes(proxy: TensorProxy) -> int:

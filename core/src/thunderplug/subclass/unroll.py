@@ -92,8 +92,9 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     tensors = [x for x in flat if isinstance(x, TensorProxy)]
     location = user_location()
     record = current_record()
-    if record is not None and location:
+    if record is not None and location:  # interpreting the user's program
         record.source_locations[call_key(display, tensors)] = location
+        record.note_alive(get_tracectx())
     unrolled = _unrolled(display, torch_fn, table, (args, kwargs), flat, spec)
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     if unrolled.stride_sensitive:
