@@ -65,8 +65,9 @@ def test_float8_plugin_traces_torchaos_function_whole():
     initial = str(thunder.last_traces(compiled)[0])
     assert initial.count("matmul_with_hp_or_float8_args.apply(") == 2
     assert "torch.ops.aten._scaled_mm.default" in initial
-    # grad_weight for both layers and grad_input for the second (the input needs no gradient)
-    assert str(thunder.last_backward_traces(compiled)[-1]).count("aten__scaled_mm_default(") == 3
+    # grad_weight for both layers and grad_input for the second (the input needs no gradient),
+    # each by the float8 plugin's CPU kernel or by ATen's
+    assert str(thunder.last_backward_traces(compiled)[-1]).count("_scaled_mm_default(") == 3
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])

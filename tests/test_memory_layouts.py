@@ -72,3 +72,26 @@ def test_gradients_through_transposed_inner_tensors():
     for got, want in zip(actual_grads, expected_grads):
         assert type(got) is type(want)
         torch.testing.assert_close(got, want)
+
+
+def _clones_in(run) -> int:
+    """Copies into a new layout (``clone``, ``contiguous``) that one call of ``run`` makes."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return sum(event.count for event in profile.key_averages() if event.key == "aten::clone")
+
+
+def test_a_permuted_parameter_is_traced_transposed_not_copied_contiguous():
+    """``weight.t()`` is a transposed view in eager; an unrolled op that reads it must be traced
+    with that layout, or it copies the weight contiguous first (and torchao's float8 Linear then
+    copies its float8 weight back to column-major)."""
+    float8 = pytest.importorskip("torchao.float8")
+    torch.manual_seed(0)
+    eager = float8.convert_to_float8_training(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(128, 32)))
+    jitted = thunder.jit(eager, executors=thunderplug.discover(quiet=True))
+    x = torch.randn(16, 64)
+    torch.testing.assert_close(jitted(x), eager(x), rtol=0, atol=0)
+    with torch.no_grad():
+        jitted(x)  # compiled for inference here, outside the profile
+        # eager's clones are the ones ``_scaled_mm`` makes of its column-major operand on CPU
+        assert _clones_in(lambda: jitted(x)) == _clones_in(lambda: eager(x))

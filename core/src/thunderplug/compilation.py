@@ -16,6 +16,7 @@ from typing import Any
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import TensorProxy
 
+from thunderplug.fake import note_permuted_layout
 from thunderplug.specs import Stage
 
 
@@ -59,7 +60,7 @@ class CompilationRecord:
     def note_alive(self, trace: Any) -> None:
         """Extend ``alive`` from the interpretation trace's bound symbols not seen yet (a new trace
         starts afresh): a value made from a real input tensor has a provenance ``history``; a view
-        of an alive value is alive."""
+        of an alive value is alive. Permutations' layouts are noted on the way (``fake``)."""
         if self._alive_in is None or self._alive_in() is not trace:
             self.alive, self._alive_in, self._alive_scanned = set(), weakref.ref(trace), 0
         bound_symbols = trace.bound_symbols
@@ -68,6 +69,7 @@ class CompilationRecord:
             self.alive.update(p.name for p in tensors if getattr(p, "history", None) is not None)
             if _only_views(bsym) and tensors and all(p.name in self.alive for p in tensors):
                 self.alive.update(o.name for o in bsym.flat_proxy_outs)
+            note_permuted_layout(bsym)
         self._alive_scanned = len(bound_symbols)
 
     def latest_decision(self, executor: str, target: str) -> Decision | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from thunder.core import devices, dtypes
+from thunder.core import devices, dtypes, prims
 from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.pytree import tree_map
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -65,6 +65,34 @@ def set_memory_order(proxy: TensorProxy, order: tuple[int, ...] | None) -> None:
 def memory_order_of(proxy: TensorProxy) -> tuple[int, ...] | None:
     """The layout noted for ``proxy``; ``None`` (contiguous) where none was."""
     return getattr(proxy, _MEMORY_ORDER, None)
+
+
+def note_permuted_layout(bsym: Any) -> None:
+    """Note the layout of a permutation's output (``weight.t()``: transposed) when ``bsym`` is one.
+
+    Its input's layout is the noted one, or contiguous: every op that reads the output coerces it
+    to the layout it was traced for, so a guess is never wrong, only a copy where it misses. Guessing
+    contiguous for ``weight.t()`` made every float8 Linear copy its weight transposed, twice a step.
+    """
+    permute = _only_permutation(bsym)
+    if permute is None:
+        return
+    source, permutation = permute.args[0], tuple(permute.args[1])
+    out = bsym.flat_proxy_outs
+    if not isinstance(source, TensorProxy) or len(out) != 1 or not isinstance(out[0], TensorProxy):
+        return
+    source_order = memory_order_of(source) or tuple(range(len(permutation)))
+    order = tuple(permutation.index(dim) for dim in source_order)
+    set_memory_order(out[0], None if order == tuple(range(len(order))) else order)
+
+
+def _only_permutation(bsym: Any) -> Any:
+    """The transpose prim ``bsym`` consists of (``x.t()``, ``x.permute(...)``), if that is all it is."""
+    if bsym.sym.id is prims.PrimIDs.TRANSPOSE:
+        return bsym
+    if len(bsym.subsymbols) == 1:
+        return _only_permutation(bsym.subsymbols[0])
+    return None
 
 
 def strides_in_order(shape: tuple[int, ...], order: tuple[int, ...] | None) -> tuple[int, ...]:

@@ -7,10 +7,11 @@ so it is traced once per metadata key and process, and replayed for every call.
 
 thunder proxies carry no strides, so the core notes the memory layout of the tensors it knows
 (subclass inputs' inner tensors, the outputs of unrolled graphs: ``MXTensor.t()`` transposes its
-inner data) on their proxies, and fakes take it; other proxies, such as cotangents, are traced as
-contiguous. Graphs that depend on their inputs' strides (``aten.view``, ``_scaled_mm`` layouts)
-coerce their plain inputs to the traced layouts first: a no-op at run time where the layout is as
-traced, a copy elsewhere (a transposed gradient). AOTAutograd coerces runtime tangents the same way.
+inner data, permutations such as ``weight.t()``) on their proxies, and fakes take it; other
+proxies, such as cotangents, are traced as contiguous. Graphs that depend on their inputs'
+strides (``aten.view``, ``_scaled_mm`` layouts) coerce their plain inputs to the traced layouts
+first: a no-op at run time where the layout is as traced, a copy elsewhere (a transposed
+gradient). AOTAutograd coerces runtime tangents the same way.
 """
 
 from __future__ import annotations

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from thunderplug import FunctionClaim, SubclassOpClaim, hookimpl
+import torch
+
+from thunderplug import AtenKernelClaim, FunctionClaim, SubclassOpClaim, hookimpl
 from thunderplug.availability import missing_package_reason
+from thunderplug_float8 import cpu_scaled_mm
 
 FLOAT8_LINEAR_FUNCTION = "torchao.float8.float8_linear.matmul_with_hp_or_float8_args"
 
@@ -44,5 +47,12 @@ def register_claims(register) -> None:
             checker=_rule("float8_mm_checker"),
             forward=_rule("float8_mm_forward"),
             backward=_rule("float8_mm_backward"),
+        )
+    )
+    # the unrolled float8 matmuls on CPU: torch's emulation, without its copies (bit-identical)
+    register(
+        AtenKernelClaim(
+            "float8", torch.ops.aten._scaled_mm.default, kernel=cpu_scaled_mm.scaled_mm,
+            checker=cpu_scaled_mm.scaled_mm_checker,
         )
     )
