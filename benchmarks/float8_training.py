@@ -7,7 +7,7 @@ and the first step's loss (which must agree across the fp8 variants).
 
     python benchmarks/float8_training.py [--steps 25] [--warmup 3] [--models small,large]
                                          [--variants fp32-eager,fp8-eager,...] [--threads N]
-                                         [--quick] [--json]
+                                         [--quick] [--json] [--interleaved fp8-eager,fp8-aot-eager,...]
 
 Models: small = ``Linear(256,512)-ReLU-Linear(512,256)``, batch 64;
         large = ``Linear(1024,4096)-GELU-Linear(4096,1024)``, batch 256.
@@ -33,6 +33,12 @@ Measurements, per subprocess:
     timed steps, summing the bytes of every distinct storage packed for backward (tensor subclasses
     such as ``Float8TrainingTensor`` are flattened into their inner tensors); "act" leaves out
     storages that belong to the model's parameters.
+
+``--interleaved V1,V2,...`` adds, per model, one more subprocess holding those variants (each with
+its own copy of the same model and optimizer): after each variant's first step and ``--warmup``
+rounds, ``--steps`` rounds in which every variant takes one step, in a rotating order, so that the
+machine's load hits all variants alike. Its table gives each variant's median and its ratio to fp8
+eager and to aot_eager of the same run: the ratios to quote on a shared machine.
 """
 
 from __future__ import annotations
@@ -191,6 +197,37 @@ def worker(args) -> dict:
     }
 
 
+def interleaved_worker(args) -> dict:
+    """Step medians of several variants of one model, measured in rotating order in this process."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.backends.mkldnn.enabled = args.onednn
+    steps = {}
+    for variant in args.variant.split(","):
+        model, x, target = build_model(args.model)
+        module, params_of = prepare(variant, model)
+        optimizer = torch.optim.SGD(params_of.parameters(), lr=1e-3)
+
+        def step(module=module, optimizer=optimizer, x=x, target=target):
+            optimizer.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(module(x), target).backward()
+            optimizer.step()
+
+        for _ in range(1 + args.warmup):
+            step()
+        steps[variant] = step
+    times: dict[str, list[float]] = {variant: [] for variant in steps}
+    order = list(steps)
+    for round_ in range(args.steps):
+        for variant in order[round_ % len(order):] + order[: round_ % len(order)]:
+            start = time.perf_counter()
+            steps[variant]()
+            times[variant].append((time.perf_counter() - start) * 1e3)
+    return {"model": args.model, "medians": {v: statistics.median(t) for v, t in times.items()}}
+
+
 # ----------------------------------------------------------------------------------------------
 # driver: every cell in its own subprocess, one table
 # ----------------------------------------------------------------------------------------------
@@ -205,8 +242,8 @@ def last_error_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_cell(model: str, variant: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--variant", variant,
+def run_cell(model: str, variant: str, args, worker: str = "--worker") -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), worker, "--model", model, "--variant", variant,
            "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -260,6 +297,20 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def interleaved_table(runs: list[dict]) -> str:
+    rows = ["| model | variant | step ms (median, interleaved) | × fp8 eager | × aot_eager |",
+            "|---|---|---:|---:|---:|"]
+    for run in runs:
+        if "error" in run:
+            rows.append(f"| {run['model']} | {run['variant']} | {run['error']} | — | — |")
+            continue
+        medians = run["medians"]
+        for variant, ms in medians.items():
+            ratios = [fmt(ms / medians[b] if b in medians else None, ".2f") for b in ("fp8-eager", "fp8-aot-eager")]
+            rows.append(f"| {run['model']} | {LABELS[variant]} | {ms:.2f} | {ratios[0]} | {ratios[1]} |")
+    return "\n".join(rows)
+
+
 def loss_check(results: list[dict]) -> list[str]:
     lines = []
     for model in dict.fromkeys(r["model"] for r in results):
@@ -289,7 +340,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="leave oneDNN on (default off: on AMX CPUs torch 2.9.1 sends fp8 _scaled_mm to a oneDNN "
                              "kernel ~1000x slower than the emulated path, see benchmarks/gpt_float8.py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the stderr of failed cells")
+    parser.add_argument("--interleaved", default="",
+                        help="also time these variants interleaved in one process per model (comma-separated)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-interleaved", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -297,13 +351,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(worker(args)), flush=True)
         return
+    if args.worker_interleaved:
+        print(json.dumps(interleaved_worker(args)), flush=True)
+        return
 
     if args.quick:
         args.models, args.steps, args.warmup = "small", 3, 1
     models = [m for m in args.models.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
-    for name, allowed in (("model", MODELS), ("variant", VARIANTS)):
-        chosen = models if name == "model" else variants
+    interleaved = [v for v in args.interleaved.split(",") if v]
+    for name, allowed, chosen in (("model", MODELS, models), ("variant", VARIANTS, variants + interleaved)):
         unknown = [c for c in chosen if c not in allowed]
         if unknown:
             parser.error(f"unknown {name}(s) {unknown}; choose from {list(allowed)}")
@@ -318,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"... {model} / {variant}", file=sys.stderr, flush=True)
             results.append(run_cell(model, variant, args))
 
+    runs = []
+    for model in models if interleaved else []:
+        print(f"... {model}: interleaved steps of {','.join(interleaved)}", file=sys.stderr, flush=True)
+        runs.append(run_cell(model, ",".join(interleaved), args, worker="--worker-interleaved"))
+
     threads = next((r["threads"] for r in results if "threads" in r), "?")
     print(f"`{command}`\n")
     onednn = "on" if args.onednn else "off"
@@ -329,8 +391,12 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for line in loss_check(results):
         print(line)
+    if runs:
+        print(f"\nInterleaved steps ({args.steps} rounds in rotating order after 1 + {args.warmup} warm-up, "
+              "one process per model):\n")
+        print(interleaved_table(runs))
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps(results + runs))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "float8_tr
 
 def test_float8_training_quick_prints_a_table():
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--variants", "fp32-eager,fp8-thunderplug"],
+        [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--variants", "fp32-eager,fp8-thunderplug",
+         "--interleaved", "fp8-eager,fp8-thunderplug"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -22,7 +23,8 @@ def test_float8_training_quick_prints_a_table():
     lines = proc.stdout.splitlines()
     assert any(line.startswith("| model | variant |") for line in lines), proc.stdout
     rows = [line for line in lines if line.startswith("| small |")]
-    assert len(rows) == 2, proc.stdout
+    assert len(rows) == 4, proc.stdout  # two cells, then two interleaved variants
+    assert rows[2].startswith("| small | fp8 eager (torchao) |") and rows[2].endswith("| 1.00 | — |"), proc.stdout
 
 
 GPT_SCRIPT = SCRIPT.with_name("gpt_float8.py")
