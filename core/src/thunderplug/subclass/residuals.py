@@ -13,7 +13,8 @@ thunder's split puts it back into the backward.
 The move is made only where the values the backward would then read take no more bytes than the
 inputs it read before (float8 data instead of the float32 input it was cast from); inputs the
 caller keeps alive anyway (parameters, the program's inputs, views of them) count nothing, so a
-weight's float8 copy is kept only where it comes with a larger saving on activations. Nothing
+weight's float8 copy is kept only where it comes with a larger saving on activations; its
+one-element amax and scale are always kept (a few bytes for a reduction over the weight). Nothing
 random, mutating or communicating is moved; nothing at all where a cotangent is a subclass (its
 backward may be traced again once the real type is known, which needs the original inputs) or
 where another executor has an implementation of either op.
@@ -99,7 +100,9 @@ def _within_budget(
     """The cotangent-free subsymbols to move: all that the kept part reads, if what it then reads
     fits the bytes it read before; else, per set of inputs, the values computed from them that
     take no more than those inputs (an activation's float8 copy, not a parameter's: the
-    parameter is alive anyway, its float8 copy would not be)."""
+    parameter is alive anyway, its float8 copy would not be), and every one-element value (a
+    weight's amax and scale: the reduction runs once, the backward redoes only the elementwise
+    cast from the parameter)."""
     reads = _inputs_of(kept)
     candidates = _needed(free, {p.name for p in reads})
     produced = {o.name for sub in candidates for o in sub.flat_proxy_outs}
@@ -116,7 +119,12 @@ def _within_budget(
         read = [p for p in inputs if p.name in sources]
         if _saved_bytes(values, candidates, table, alive) <= _saved_bytes(read, [], table, alive):
             chosen.extend(values)
+    chosen.extend(o for sub in candidates for o in sub.flat_proxy_outs if _is_scalar(o))
     return _needed(candidates, {p.name for p in chosen})
+
+
+def _is_scalar(proxy: Proxy) -> bool:
+    return isinstance(proxy, TensorProxy) and not isinstance(proxy, SubclassTensorProxy) and proxy.numel <= 1
 
 
 def _needed(bsyms: list[BoundSymbol], names: set[str]) -> list[BoundSymbol]:
