@@ -67,3 +67,26 @@ def test_the_flag_does_not_outlive_the_call():
     x, y = torch.randn(3, requires_grad=True), torch.randn(3)
     out = _run(_mixed, x, y, executors=thunderplug.discover())
     assert all("_thunderplug_non_differentiable" not in vars(o) for o in out)
+
+
+def _under_no_grad(x, w):
+    with torch.no_grad():
+        frozen = x * 2  # no gradient, though x requires grad
+        scale = w.abs().max()
+    return frozen, frozen * w, x * w / scale, scale
+
+
+def test_values_computed_under_no_grad_carry_no_gradient():
+    x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    expected = _under_no_grad(x, w)
+    actual = _run(_under_no_grad, x, w, executors=thunderplug.discover())
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected] == [False, True, True, False]
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
+    cotangents = [torch.randn(3), torch.randn(3)]
+    want = torch.autograd.grad(expected[1:3], (x, w), cotangents)
+    got = torch.autograd.grad(actual[1:3], (x, w), cotangents)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        actual[0].sum().backward()

@@ -10,12 +10,12 @@ How: the core executor's fusion pass calls :func:`mark_outputs` on the joint for
 trace of every ``discover()`` compilation with autograd (thunder splits it after the fusion
 passes). It follows data dependence from the inputs that require grad through the trace's
 top-level ops and stops at values that cannot carry a gradient (integer and boolean tensors), at
-``detach`` and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path
+``detach``, at values computed under ``torch.no_grad()`` and at ops the caller names (reads of a
+subclass's inner tensors). Outputs no such path
 reaches go through a ``mark_non_differentiable`` op, which flags the tensor at run time; thunder's
 autograd Functions (patched in ``thunder_compat.patches``) then pass the flagged outputs to
 ``ctx.mark_non_differentiable``, as a hand-written Function would. The analysis is conservative:
-where it cannot tell (a value computed under ``torch.no_grad()``), the output keeps thunder's
-answer, True.
+where it cannot tell, the output keeps thunder's answer, True.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from thunder.core import dtypes
-from thunder.core.proxies import Proxy, TensorProxy, variableify
+from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.executors.pythonex import ex as pythonex
@@ -65,7 +65,7 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
     for bsym in trace.bound_symbols[:-1]:
         if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
             continue
-        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out))
+        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
     unreached = {
         variableify(out)
         for out in results["fw_flat_out"]
@@ -96,6 +96,11 @@ def _carries_grad(value: Any) -> bool:
     """A floating tensor-like proxy (thunder's distributed ops return ``FutureTensorProxy``)."""
     dtype = getattr(value, "dtype", None) if isinstance(value, Proxy) else None
     return isinstance(dtype, dtypes.dtype) and dtypes.is_inexact_dtype(dtype)
+
+
+def _detached(value: Proxy) -> bool:
+    """Computed under ``torch.no_grad()`` (thunder tags such results while interpreting)."""
+    return ProxyTag.DETACHED_AUTOGRAD_GRAPH in value.tags
 
 
 def _is_joint_return(args: tuple) -> bool:
