@@ -110,6 +110,10 @@ def _cross_entropy_none_weight(logits, target, weight):
     return F.cross_entropy(logits, target, weight=weight, reduction="none")
 
 
+def _cross_entropy_mean_ignore(logits, target):
+    return F.cross_entropy(logits, target, ignore_index=1)
+
+
 def _sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -122,6 +126,11 @@ def _sdpa_strided(q, k, v):
     # q/k/v as views of (b, t, h, d) projections, the way an attention block builds them
     split = lambda y: y.transpose(1, 2)  # noqa: E731
     return F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True).transpose(1, 2)
+
+
+ND_CROSS_ENTROPY = [
+    "eager_log_softmax", "eager_nll_loss2d_forward", "eager_nll_loss2d_backward", "eager_log_softmax_backward_data"
+]
 
 
 def _cases(dtype):
@@ -174,6 +183,20 @@ def _cases(dtype):
                 "eager_nll_loss_backward",
                 "eager_log_softmax_backward_data",
             ],
+        ),
+        # (n, c, d1, ...) inputs: ATen's nll_loss2d, on an (n, c, 1, -1) view unless 4-D
+        "cross_entropy_3d": (_cross_entropy, [r(4, 10, 6), target.view(4, 6)], ND_CROSS_ENTROPY),
+        "cross_entropy_4d_none_weight": (
+            _cross_entropy_none_weight, [r(2, 10, 3, 4), target.view(2, 3, 4), Frozen(r(10).abs())], ND_CROSS_ENTROPY
+        ),
+        "cross_entropy_5d_sum_ignore": (
+            _cross_entropy_sum_ignore, [r(2, 10, 2, 3, 2), target.view(2, 2, 3, 2)], ND_CROSS_ENTROPY
+        ),
+        "cross_entropy_3d_none_weight": (
+            _cross_entropy_none_weight, [r(4, 10, 6), target.view(4, 6), Frozen(r(10).abs())], ND_CROSS_ENTROPY
+        ),
+        "cross_entropy_3d_mean_ignore": (
+            _cross_entropy_mean_ignore, [r(3, 10, 8), target.view(3, 8)], ND_CROSS_ENTROPY
         ),
         "sdpa_causal": (_sdpa_causal, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
         "sdpa_scaled": (_sdpa_scaled, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),

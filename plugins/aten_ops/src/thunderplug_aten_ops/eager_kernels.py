@@ -8,9 +8,9 @@ rounding amplifies that into 1e-4-level loss drift in a float8 transformer, wher
 ``torch.compile(backend="aot_eager")`` agree bit for bit. Running the very kernels eager's autograd
 runs (``aten.gelu`` / ``aten.gelu_backward``, ``native_layer_norm`` / ``native_layer_norm_backward``,
 ``_softmax`` / ``_softmax_backward_data``, ``_log_softmax`` / ``_log_softmax_backward_data``,
-``nll_loss_forward`` / ``nll_loss_backward``, ``_scaled_dot_product_flash_attention_for_cpu`` and its
-backward) makes those ops bit-identical to eager. On CPU they are also faster than the
-decompositions run op by op.
+``nll_loss_forward`` / ``nll_loss_backward`` (``nll_loss2d_*`` for inputs of 3 or more dims),
+``_scaled_dot_product_flash_attention_for_cpu`` and its backward) makes those ops bit-identical
+to eager. On CPU they are also faster than the decompositions run op by op.
 
 How: one thunder ``OperatorExecutor``; each ltorch symbol gets
 ``register_implementation(symbol, checker=..., execution_transform=..., grad_transform=...)``, the
@@ -22,7 +22,7 @@ comes from running the overload on meta tensors, never from a guess.
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
-label smoothing, probability targets or more than two dims, SDPA with a mask, dropout, or a shape
+label smoothing or probability targets, SDPA with a mask, dropout, or a shape
 eager routes to its math fallback. ``discover(exclude=["eager_kernels"])`` turns the executor off,
 e.g. to let a GPU fuser take these ops into its regions instead.
 """
@@ -106,6 +106,11 @@ def _plain(*values: Any) -> bool:
     return all(v is None or type(v) is TensorProxy for v in values)
 
 
+def _class_dim(a: TensorProxy) -> int:
+    """Where cross-entropy's classes are: the only dim of a 1-D input, else dim 1."""
+    return 0 if a.ndim == 1 else 1
+
+
 def _float(a: Any) -> bool:
     return type(a) is TensorProxy and dtypes.is_float_dtype(a.dtype)
 
@@ -128,6 +133,8 @@ class _Kernels:
         self.log_softmax_backward = op("eager_log_softmax_backward_data", aten._log_softmax_backward_data.default)
         self.nll_loss = op("eager_nll_loss_forward", aten.nll_loss_forward.default, differentiable=(0,))
         self.nll_loss_backward = op("eager_nll_loss_backward", aten.nll_loss_backward.default)
+        self.nll_loss2d = op("eager_nll_loss2d_forward", aten.nll_loss2d_forward.default, differentiable=(0,))
+        self.nll_loss2d_backward = op("eager_nll_loss2d_backward", aten.nll_loss2d_backward.default)
         self.sdpa = op(
             "eager_sdpa_flash_cpu", aten._scaled_dot_product_flash_attention_for_cpu.default, differentiable=(0,)
         )
@@ -208,7 +215,7 @@ class _Kernels:
     ) -> bool:
         return (
             _float(a)
-            and a.ndim in (1, 2)
+            and a.ndim >= 1
             and type(target) is TensorProxy
             and not dtypes.is_float_dtype(target.dtype)  # class indices, not probabilities
             and target.ndim == a.ndim - 1
@@ -232,8 +239,7 @@ class _Kernels:
         reduction="mean",
         label_smoothing=0.0,
     ):
-        logp = self.log_softmax(a, a.ndim - 1, False)
-        return self.nll_loss(logp, target, weight, _REDUCTIONS[reduction], ignore_index)[0]
+        return self._cross_entropy(a, target, weight, _REDUCTIONS[reduction], ignore_index)[0]
 
     def cross_entropy_grad(
         self,
@@ -247,12 +253,34 @@ class _Kernels:
         reduction="mean",
         label_smoothing=0.0,
     ):
-        dim, code = a.ndim - 1, _REDUCTIONS[reduction]
-        logp = self.log_softmax(a, dim, False)
-        out, total_weight = self.nll_loss(logp, target, weight, code, ignore_index)
-        g_logp = self.nll_loss_backward(get_grad(out), logp, target, weight, code, ignore_index, total_weight)
-        put_grad(a, self.log_softmax_backward(g_logp, logp, dim, a.dtype))
+        code = _REDUCTIONS[reduction]
+        out, (logp, loss_in, loss_target, total_weight) = self._cross_entropy(a, target, weight, code, ignore_index)
+        grad = get_grad(out)
+        if a.ndim < 3:
+            g_logp = self.nll_loss_backward(grad, logp, target, weight, code, ignore_index, total_weight)
+        else:
+            if code == 0:  # per-element losses: the gradient in the kernel's (n, 1, -1) layout
+                grad = ltorch.reshape(grad, tuple(loss_target.shape))
+            g_loss_in = self.nll_loss2d_backward(grad, loss_in, loss_target, weight, code, ignore_index, total_weight)
+            g_logp = ltorch.reshape(g_loss_in, tuple(a.shape))
+        put_grad(a, self.log_softmax_backward(g_logp, logp, _class_dim(a), a.dtype))
         return out
+
+    def _cross_entropy(self, a, target, weight, code, ignore_index):
+        """The loss and what its backward reads, as ATen's ``cross_entropy_loss`` and ``nll_loss_nd``
+        compute them: 1-D and 2-D inputs through ``nll_loss``, others through ``nll_loss2d`` on an
+        ``(n, c, 1, -1)`` view (a 4-D input as it is)."""
+        logp = self.log_softmax(a, _class_dim(a), False)
+        if a.ndim < 3:
+            out, total_weight = self.nll_loss(logp, target, weight, code, ignore_index)
+            return out, (logp, logp, target, total_weight)
+        n, c = a.shape[0], a.shape[1]
+        loss_in = logp if a.ndim == 4 else ltorch.reshape(logp, (n, c, 1, -1))
+        loss_target = target if a.ndim == 4 else ltorch.reshape(target, (n, 1, -1))
+        out, total_weight = self.nll_loss2d(loss_in, loss_target, weight, code, ignore_index)
+        if code == 0 and a.ndim != 4:
+            out = ltorch.reshape(out, (n, *a.shape[2:]))
+        return out, (logp, loss_in, loss_target, total_weight)
 
     # scaled_dot_product_attention: the CPU flash kernel, where eager picks it ------------------
 
