@@ -273,3 +273,28 @@ def test_in_place_ops_in_a_function_forward(executors):
     (actual_grad,) = torch.autograd.grad(actual, x)
     torch.testing.assert_close(actual, expected, rtol=0, atol=0)
     torch.testing.assert_close(actual_grad, expected_grad, rtol=0, atol=0)
+
+
+def _index_put(x, v, idx, accumulate):
+    return x.index_put((idx,), v, accumulate=accumulate).sin()
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("values_shape", [(2, 4), (4,), (1, 4)], ids=["full", "broadcast", "broadcast-1"])
+def test_index_put_gives_values_their_gradient(accumulate, values_shape):
+    torch.manual_seed(0)
+    x, v = torch.randn(3, 4, requires_grad=True), torch.randn(values_shape, requires_grad=True)
+    idx = torch.tensor([0, 2])
+    grad = torch.randn(3, 4)
+    expected = torch.autograd.grad(_index_put(x, v, idx, accumulate), (x, v), grad)
+    jitted = thunder.jit(_index_put, executors=thunderplug.discover(quiet=True))
+    actual = torch.autograd.grad(jitted(x, v, idx, accumulate), (x, v), grad)
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_stock_thunder_drops_the_gradient_of_index_put_values():
+    """What the patch changes (known-issues KI-7), so that it is not silently a no-op."""
+    x, v = torch.randn(3, 4, requires_grad=True), torch.randn(2, 4, requires_grad=True)
+    out = thunder.jit(_index_put)(x, v, torch.tensor([0, 2]), False)
+    assert torch.autograd.grad(out.sum(), (x, v), allow_unused=True)[1] is None

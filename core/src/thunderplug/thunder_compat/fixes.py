@@ -1,5 +1,5 @@
-"""Replacements for three thunder 0.2.6 bugs that are not about subclasses (always active: each
-only turns a crash or a wrong gradient into what eager PyTorch does)."""
+"""Replacements for thunder 0.2.6 bugs that are not about subclasses: each only turns a crash or
+a wrong gradient into what eager PyTorch does."""
 
 from __future__ import annotations
 
@@ -73,3 +73,18 @@ def _names_in(bound_symbols: list) -> set[str]:
         names.update(p.name for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs))
         names.update(_names_in(bsym.subsymbols))
     return names
+
+
+def index_put_backward(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's backward of ``torch.index_put`` returns ``(grad_a, grad_values)``, which its
+    autodiff matches positionally with ``(a, indices, values, accumulate)``: ``values`` silently
+    gets no gradient. The gradients are returned in the arguments' places instead."""
+
+    def replacement(*args: Any) -> Any:
+        grads = original(*args)
+        if not active():
+            return grads
+        grad_a, grad_values = grads
+        return grad_a, None, grad_values
+
+    return replacement

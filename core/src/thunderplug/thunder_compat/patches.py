@@ -22,6 +22,7 @@ from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.transforms import backward_impls
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
@@ -164,6 +165,13 @@ PATCHES: tuple[Patch, ...] = (
         "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
         fixes.autograd_function_apply, "always",
         "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+    ),
+    Patch(
+        "index_put backward", backward_impls, "torch.index_put",
+        lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: `torch.index_put`'s gradients are matched with the wrong arguments, so `values` silently "
+        "gets none; they are returned in the arguments' places.",
     ),
     Patch(
         "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
