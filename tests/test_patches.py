@@ -2,6 +2,7 @@
 discover(), effective with it."""
 
 import dataclasses
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -228,6 +229,52 @@ def test_dce_pruning_keeps_what_thunders_keeps():
         ours = dce(trace).bound_symbols
     assert shape(ours) == shape([b for b in theirs if b.sym.name in {o.sym.name for o in ours}])
     assert any(b.subsymbols for b in ours)
+def _scale(t, factor):
+    return t * factor
+
+
+def _tensor_methods(x, w):
+    y = x.t().transpose(0, 1).reshape(-1, 2).add(w.reshape(-1, 2), alpha=2)  # symbols, DTensor wrappers, keywords
+    scaled = functools.partial(_scale, factor=3.0)(y.exp())  # a partial with keywords: interpreted as before
+    return scaled.sum()
+
+
+def _trace_without_comments(trace) -> str:
+    return "\n".join(line for line in str(trace).splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def test_tensor_method_calls_trace_what_interpretation_traces():
+    """Method calls on proxies skip interpreting ``functools.partial``: the same traces (up to
+    source comments) and eager's values and gradients; the user's line is recorded for
+    ``x.transpose`` (interpreted, thunder named its own DTensor wrapper)."""
+    thunderplug.discover()
+    patch = next(p for p in patches.PATCHES if p.name == "tensor method calls")
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+    expected = _tensor_methods(x, w)
+    expected_grads = torch.autograd.grad(expected, (x, w))
+
+    def compiled():
+        jitted = thunder.jit(_tensor_methods, executors=thunderplug.discover())
+        result = jitted(x, w)
+        torch.testing.assert_close(result, expected, rtol=0, atol=0)
+        for got, want in zip(torch.autograd.grad(result, (x, w)), expected_grads):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        return [str(t) for t in thunder.last_traces(jitted)], [str(t) for t in thunder.last_backward_traces(jitted)]
+
+    fast = compiled()
+    replacement = patch.read()
+    patch.write(patches._originals[patch.name][0])
+    try:
+        interpreted = compiled()
+    finally:
+        patch.write(replacement)
+    assert [_trace_without_comments(t) for t in fast[0] + fast[1]] == [
+        _trace_without_comments(t) for t in interpreted[0] + interpreted[1]
+    ]
+    assert "dtensor_torch_and_prims.py" in fast[0][0] or "dtensor_torch_and_prims.py" in interpreted[0][0]
+    assert "dtensor_torch_and_prims.py" not in fast[0][0] and "test_patches.py" in fast[0][0]
+
+
 def _branches_on_is_compiling(x):
     return x + 1 if not torch.compiler.is_compiling() else x - 1
 

@@ -26,11 +26,12 @@ def general_jit_lookaside_map() -> dict[Any, Callable[..., Any]]:
     return jit_ext._general_jit_lookaside_map
 
 
-def default_type_call_lookaside() -> Callable[..., Any]:
-    """thunder's lookaside for ``type.__call__`` when none is registered."""
-    from thunder.core.interpreter import _type_call_lookaside
+def default_lookaside(fn: Any) -> Callable[..., Any]:
+    """The interpreter's own lookaside for ``fn`` (``type.__call__``, ``functools.partial.__call__``),
+    used when thunder's jit registers none of its own."""
+    from thunder.core.interpreter import _default_lookaside_map
 
-    return _type_call_lookaside
+    return _default_lookaside_map[fn]
 
 
 def transform_for_operator_executor_execution(trace: Any, executors: list) -> Any:

@@ -31,15 +31,18 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from thunder.core.interpreter import INTERPRETER_SIGNALS
 from thunder.core.prims import OpTags
-from thunder.core.proxies import CollectionProxy, Proxy, variableify
-from thunder.core.pytree import tree_flatten_with_dataclass
-from thunder.core.symbol import BoundSymbol
+from thunder.core.proxies import CollectionProxy, Proxy, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.torch.experimental.dtensor_torch_and_prims import dispatch_to_impl
 
 _gc_lock = threading.Lock()
 _gc_state: dict[str, Any] = {"depth": 0, "threshold": None}
@@ -198,3 +201,56 @@ def _swaps(bsym: BoundSymbol, swap_map: dict, skip_inputs: bool, skip_output: bo
                 if target is not None and target is not leaf:
                     return True
     return False
+
+
+def method_calls_without_interpretation(original: Callable[..., Any], active: Callable[[], bool]) -> Callable:
+    """thunder's lookaside for ``functools.partial.__call__``, calling a tensor method's thunder
+    function directly: ``x.t()`` on a proxy is ``partial(ltorch.t, x)()``, which thunder interprets
+    (``partial_call_impl``: ~60,000 Python calls, a dict merge and global lookups, to reach a
+    symbol thunder then calls opaquely); ``x.transpose(1, 2)``'s function, a DTensor dispatch
+    wrapper, is interpreted in full (~330,000), where ``torch.transpose(x, 1, 2)`` is opaque.
+    The replacement reads the partial's function and arguments as the interpreted code would and
+    calls the function through the interpreter (for a symbol: thunder's symbol lookaside; for the
+    DTensor wrapper: the symbol the wrapper picks, by its rule). Other partials, and partials
+    with keywords, are interpreted as before."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    def replacement(wrapped_partial: Any, *args: Any, **kwargs: Any) -> Any:
+        partial = unwrap(wrapped_partial)
+        if not active() or type(partial) is not functools.partial or partial.keywords:
+            return original(wrapped_partial, *args, **kwargs)
+        fn = partial.func
+        symbol = fn if isinstance(fn, Symbol) else _dtensor_dispatch_choice(fn, partial.args, args, kwargs)
+        if symbol is None:
+            return original(wrapped_partial, *args, **kwargs)
+        bound = _interpret_call(getattr, wrapped_partial, wrap_const("args"))
+        if bound is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return bound
+        bound.track_items()
+        return _interpret_call(wrap_const(symbol), *bound.item_wrappers, *args, **kwargs)
+
+    return replacement
+
+
+def _dtensor_dispatch_choice(fn: Any, bound: tuple, args: tuple, kwargs: dict) -> Symbol | None:
+    """The symbol a method function made by thunder's ``dispatch_to_impl`` calls for these
+    arguments (its DTensor symbol when every tensor is a DTensor proxy, else its single-device
+    one), or ``None`` for any other function."""
+    from thunder.core.interpreter import unwrap
+    from thunder.torch.experimental.dtensor_proxy import DTensorProxy
+
+    if getattr(fn, "__code__", None) is not _DISPATCH_WRAPPER_CODE:
+        return None
+    cells = dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__)))
+    values = (*bound, *(unwrap(a) for a in args), *(unwrap(v) for v in kwargs.values()))
+    try:
+        flat = tree_flatten(values)[0]
+    except Exception:  # noqa: BLE001 - the wrapper itself fails here: let the interpreter raise it
+        return None
+    tensors = [x for x in flat if isinstance(x, TensorProxy)]
+    if tensors and all(isinstance(t, DTensorProxy) for t in tensors):
+        return cells["dtensor_symbol"]
+    return cells["single_device_symbol"]
+
+
+_DISPATCH_WRAPPER_CODE = dispatch_to_impl(None, None).__code__
