@@ -20,6 +20,7 @@ QUIET = "THUNDERPLUG_QUIET"  #: no warning about plugins that are not active
 PLUGINS = "THUNDERPLUG_PLUGINS"  #: allowlist of plugin names
 DISABLE = "THUNDERPLUG_DISABLE"  #: blocklist of plugin names
 RECOMPILE_LIMIT = "THUNDERPLUG_RECOMPILE_LIMIT"  #: distinct subclass flatten contexts per input before a warning
+KEEP_DECOMPOSITIONS = "THUNDERPLUG_KEEP_DECOMPOSITIONS"  #: last_traces keep the decompositions in subclass ops
 
 
 def flag(environ: Mapping[str, str], variable: str) -> bool:

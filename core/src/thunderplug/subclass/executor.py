@@ -11,6 +11,7 @@ It owns what must happen for thunderplug's symbols to exist in a trace at all:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import cse_single_bsym, dce, replace_redundant_inputs
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
+from thunderplug import settings
 from thunderplug.aten import AtenTable
 from thunderplug.distributed import distributed_lookasides
 from thunderplug.output_grads import mark_outputs
@@ -243,3 +245,34 @@ def active_core_executor() -> ThunderplugExecutor | None:
     if compile_data is None:
         return None
     return next((ex for ex in compile_data.executors_list if isinstance(ex, ThunderplugExecutor)), None)
+
+
+def drop_kept_decompositions(traces: list[TraceCtx]) -> None:
+    """After a compilation, the traces thunder keeps (``thunder.last_traces``) hold the subclass ops
+    of the traces before unrolling with their ATen ops' whole decompositions (prims): most of what a
+    float8 model's compilation keeps, and nothing runs or prints them (a trace prints one level of
+    subsymbols). The ATen ops under each subclass op keep their arguments and outputs but lose their
+    own subsymbols. Bound symbols are replaced by copies, never changed: the recorded replays and
+    the final traces share them. Bound symbols shared by several traces stay shared.
+    ``THUNDERPLUG_KEEP_DECOMPOSITIONS=1`` keeps them all."""
+    if settings.flag(os.environ, settings.KEEP_DECOMPOSITIONS):
+        return
+    copies: dict[int, tuple[BoundSymbol, BoundSymbol]] = {}  # id -> (original, kept alive: ids stay unique; copy)
+    for trace in traces:
+        kept = [_without_decompositions(bsym, copies) for bsym in trace.bound_symbols]
+        if any(new is not old for new, old in zip(kept, trace.bound_symbols)):
+            trace.bound_symbols = kept
+
+
+def _without_decompositions(bsym: BoundSymbol, copies: dict[int, tuple[BoundSymbol, BoundSymbol]]) -> BoundSymbol:
+    found = copies.get(id(bsym))
+    if found is not None:
+        return found[1]
+    if is_subclass_op(bsym.sym):
+        subsymbols = [sub.from_bsym(subsymbols=[]) if sub.subsymbols else sub for sub in bsym.subsymbols]
+    else:
+        subsymbols = [_without_decompositions(sub, copies) for sub in bsym.subsymbols]
+    changed = any(new is not old for new, old in zip(subsymbols, bsym.subsymbols))
+    result = bsym.from_bsym(subsymbols=subsymbols) if changed else bsym
+    copies[id(bsym)] = (bsym, result)
+    return result

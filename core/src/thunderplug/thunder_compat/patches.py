@@ -29,7 +29,7 @@ from thunder.torch.experimental import dtensor_proxy
 
 from thunderplug import distributed, output_grads, thunderfx
 from thunderplug.subclass import interception
-from thunderplug.subclass.executor import active_core_executor, uses_core_executor
+from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
 
 
@@ -133,12 +133,16 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "full GCs deferred while compiling", thunder, "_with_cache_info_ctx",
-        lambda original: speedups.deferred_full_collections_while_compiling(original, uses_core_executor),
+        lambda original: speedups.deferred_full_collections_while_compiling(
+            original, uses_core_executor, drop_kept_decompositions
+        ),
         "discover() compilations",
         "a compilation keeps nearly everything it allocates until it ends, so the collector's full collections "
         "(each over the whole heap) run repeatedly for nothing (~1 s of a 2-layer GPT's first call): during "
         "thunder's `get_computation_and_inputs` of functions jitted with thunderplug's executors only young "
-        "collections run; the threshold is restored afterwards.",
+        "collections run; the threshold is restored afterwards. When it compiled, the traces kept in "
+        "`thunder.last_traces` drop the decompositions (prims) of the ATen ops inside subclass ops, which nothing "
+        "runs or prints (a 2-layer float8 GPT's kept traces: 4.9 MiB of 18).",
     ),
     Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",

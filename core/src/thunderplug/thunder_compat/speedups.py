@@ -50,15 +50,20 @@ _NO_FULL_COLLECTION = 2**30  # young collections between two full ones: never, w
 
 
 def deferred_full_collections_while_compiling(
-    original: Callable[..., Any], uses_thunderplug: Callable[[Any], bool]
+    original: Callable[..., Any],
+    uses_thunderplug: Callable[[Any], bool],
+    after_compiling: Callable[[list], None] = lambda traces: None,
 ) -> Callable:
     """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
     when ``thunder.jit`` is called), wrapping also a deferral of full garbage collections for jitted
-    functions whose executors ``uses_thunderplug``; the compile data is read from the function's closure."""
+    functions whose executors ``uses_thunderplug``; the compile data is read from the function's closure.
+    When the call compiled (a new list of computation traces), ``after_compiling`` gets that list
+    before the step runs."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         wrapped = original(fn)
         compile_data_ref = _closure_value(fn, "weakref_cd")
+        compile_stats_ref = _closure_value(fn, "weakref_cs")
         if compile_data_ref is None:
             return wrapped
 
@@ -66,9 +71,15 @@ def deferred_full_collections_while_compiling(
             compile_data = compile_data_ref()
             if compile_data is None or not uses_thunderplug(compile_data):
                 return wrapped(*args, **kwargs)
+            stats = compile_stats_ref() if compile_stats_ref is not None else None
+            traces_before = getattr(stats, "last_traces", None)
             _defer_full_collections()
             try:
-                return wrapped(*args, **kwargs)
+                result = wrapped(*args, **kwargs)
+                traces = getattr(stats, "last_traces", None)
+                if traces is not None and traces is not traces_before:
+                    after_compiling(traces)
+                return result
             finally:
                 _restore_full_collections()
 
@@ -136,7 +147,8 @@ def _prune(bsym: BoundSymbol, tagged: dict[int, bool]) -> None:
             continue  # only constant outputs
         _prune(sub, tagged)
         kept.append(sub)
-    bsym.subsymbols = kept
+    if len(kept) != len(bsym.subsymbols) or not isinstance(bsym.subsymbols, list):
+        bsym.subsymbols = kept  # else the list stays, shared with the copies of ``bsym`` that share it
 
 
 def _has_proxy_output(bsym: BoundSymbol) -> bool:
