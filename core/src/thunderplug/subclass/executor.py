@@ -250,29 +250,30 @@ def active_core_executor() -> ThunderplugExecutor | None:
 def drop_kept_decompositions(traces: list[TraceCtx]) -> None:
     """After a compilation, the traces thunder keeps (``thunder.last_traces``) hold the subclass ops
     of the traces before unrolling with their ATen ops' whole decompositions (prims): most of what a
-    float8 model's compilation keeps, and nothing runs or prints them (a trace prints one level of
-    subsymbols). The ATen ops under each subclass op keep their arguments and outputs but lose their
-    own subsymbols. Bound symbols are replaced by copies, never changed: the recorded replays and
-    the final traces share them. Bound symbols shared by several traces stay shared.
-    ``THUNDERPLUG_KEEP_DECOMPOSITIONS=1`` keeps them all."""
+    float8 model's compilation keeps, and nothing runs them. The ATen ops under each subclass op keep
+    their arguments and outputs but lose their own subsymbols. Bound symbols are replaced by copies,
+    never changed: the recorded replays and the final traces share them. A top-level bound symbol
+    shared by several traces stays shared; only those are remembered, so that no large temporary
+    table is freed just before the step (glibc would then serve the step's tensors from its heap
+    instead of fresh pages: a larger peak). ``THUNDERPLUG_KEEP_DECOMPOSITIONS=1`` keeps everything."""
     if settings.flag(os.environ, settings.KEEP_DECOMPOSITIONS):
         return
     copies: dict[int, tuple[BoundSymbol, BoundSymbol]] = {}  # id -> (original, kept alive: ids stay unique; copy)
     for trace in traces:
-        kept = [_without_decompositions(bsym, copies) for bsym in trace.bound_symbols]
+        kept = []
+        for bsym in trace.bound_symbols:
+            found = copies.get(id(bsym))
+            if found is None:
+                found = copies[id(bsym)] = (bsym, _without_decompositions(bsym))
+            kept.append(found[1])
         if any(new is not old for new, old in zip(kept, trace.bound_symbols)):
             trace.bound_symbols = kept
 
 
-def _without_decompositions(bsym: BoundSymbol, copies: dict[int, tuple[BoundSymbol, BoundSymbol]]) -> BoundSymbol:
-    found = copies.get(id(bsym))
-    if found is not None:
-        return found[1]
+def _without_decompositions(bsym: BoundSymbol) -> BoundSymbol:
     if is_subclass_op(bsym.sym):
         subsymbols = [sub.from_bsym(subsymbols=[]) if sub.subsymbols else sub for sub in bsym.subsymbols]
     else:
-        subsymbols = [_without_decompositions(sub, copies) for sub in bsym.subsymbols]
+        subsymbols = [_without_decompositions(sub) for sub in bsym.subsymbols]
     changed = any(new is not old for new, old in zip(subsymbols, bsym.subsymbols))
-    result = bsym.from_bsym(subsymbols=subsymbols) if changed else bsym
-    copies[id(bsym)] = (bsym, result)
-    return result
+    return bsym.from_bsym(subsymbols=subsymbols) if changed else bsym
