@@ -29,10 +29,10 @@ def _float8(shape, dtype, column_major: bool, scale: float = 50.0) -> torch.Tens
 @pytest.fixture(autouse=True)
 def _emulated_scaled_mm():
     """torch emulates ``_scaled_mm`` unless oneDNN may take it; the reference must be the emulation."""
-    enabled = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
-    yield
-    torch.backends.mkldnn.enabled = enabled
+    # flags(), not assignment: torch.testing._internal (imported by other tests of the same run) calls
+    # torch.backends.disable_global_flags(), after which assigning raises
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
 
 
 @pytest.mark.parametrize("dtype_a,dtype_b", list(itertools.product(FLOAT8, FLOAT8)))
