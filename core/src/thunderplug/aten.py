@@ -108,6 +108,14 @@ def registered_symbol(overload: OpOverload) -> Symbol:
         return _symbols[overload]
 
 
+def recorded_symbol(overload: OpOverload) -> Symbol:
+    """The symbol unrolled programs record for ``overload``: the one a plugin registered, else its
+    fallback (so a kernel claim works whether or not an ATen plugin is installed)."""
+    with _lock:
+        symbol = _symbols.get(overload)
+    return symbol if symbol is not None else fallback_symbol(overload)
+
+
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     """The decomposition, checked against torch's fake kernel once per argument metadata (the
     same op is traced many times per compilation: interpretation, autodiff, re-tracing)."""

@@ -27,7 +27,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.extend import FusionExecutor, OperatorExecutor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.aten import registered_symbol, user_location
+from thunderplug.aten import recorded_symbol, user_location
 from thunderplug.compilation import Decision, current_record
 from thunderplug.fake import fake_mode, to_fake
 from thunderplug.specs import AtenKernelClaim, Claim, FunctionClaim, FusionFilter, SubclassOpClaim
@@ -164,7 +164,7 @@ def _describe_proxy(value: Any) -> tuple:
 
 
 def _claim_aten_kernel(executor: OperatorExecutor, claim: AtenKernelClaim, origin: str, on_error: OnError | None):
-    symbol = registered_symbol(claim.overload)
+    symbol = recorded_symbol(claim.overload)
     operation = executor.register_operator(
         f"{executor.name}_{claim.overload._opname}_{claim.overload._overloadname}", like=symbol, fn=claim.kernel
     )
