@@ -100,14 +100,6 @@ def symbol_for(op: AtenOp) -> Symbol:
         return symbol
 
 
-def registered_symbol(overload: OpOverload) -> Symbol:
-    """The symbol of an overload some plugin registered (for executors that claim it)."""
-    with _lock:
-        if overload not in _symbols:
-            raise _unsupported(qualified_name(overload))
-        return _symbols[overload]
-
-
 def recorded_symbol(overload: OpOverload) -> Symbol:
     """The symbol unrolled programs record for ``overload``: the one a plugin registered, else its
     fallback (so a kernel claim works whether or not an ATen plugin is installed)."""
@@ -314,15 +306,6 @@ def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:
 
 
 # -- errors -----------------------------------------------------------------------------------------
-
-
-def _unsupported(name: str) -> UnsupportedAtenOpError:
-    return UnsupportedAtenOpError(
-        f"{name} is not supported by any active thunderplug plugin{user_location()}. "
-        "Install or enable a plugin that registers it (`thunderplug plugins` lists them), or add it "
-        "from your own plugin: implement the `register_aten_ops` hook and call "
-        f"register(AtenOp({name}, decomposition)); see docs/hooks.md."
-    )
 
 
 def _data_dependent(name: str) -> DataDependentShapeError:
