@@ -275,6 +275,76 @@ def test_tensor_method_calls_trace_what_interpretation_traces():
     assert "dtensor_torch_and_prims.py" not in fast[0][0] and "test_patches.py" in fast[0][0]
 
 
+class _Builtins(torch.nn.Module):
+    """Module attribute reads (``nn.Module.__getattr__``: ``in`` on its dicts) and builtins."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 3)
+        self.register_buffer("offset", torch.arange(3.0))
+        self.steps = [1, 2]
+        self.activation = "tanh"
+
+    def forward(self, x):
+        y = self.inner(x) + self.offset
+        if hasattr(self.inner, "bias") and isinstance(y, torch.Tensor) and "inner" in self._modules:
+            y = y * len(self.steps) + min(self.steps) + sum(abs(s) for s in range(-2, 1))
+        try:
+            y = y + undefined_name  # noqa: F821 - the NameError path: looked up as before
+        except NameError:
+            y = y - 1
+        return getattr(torch, self.activation)(y).sum()
+
+
+def _compiled_traces(module, x):
+    jitted = thunder.jit(module, executors=thunderplug.discover())
+    result = jitted(x)
+    grads = torch.autograd.grad(result, [x, *module.parameters()])
+    traces = [*thunder.last_prologue_traces(jitted), *thunder.last_traces(jitted)]
+    traces += thunder.last_backward_traces(jitted)
+    return result, grads, [_trace_without_comments(t) for t in traces]
+
+
+def test_builtins_lookups_trace_what_interpretation_traces():
+    """Builtins found without interpreting their subscripts: the same prologue, forward and backward
+    traces (up to comments) and the same values and gradients (eager's); only a name that is not a builtin (and
+    module globals) reach thunder's own lookup."""
+    from thunder.core.interpreter import unwrap
+
+    from thunderplug.subclass.executor import active_core_executor
+    from thunderplug.thunder_compat import speedups
+
+    thunderplug.discover()
+    torch.manual_seed(0)
+    module, x = _Builtins(), torch.randn(2, 4, requires_grad=True)
+    expected = module(x)
+    expected_grads = torch.autograd.grad(expected, [x, *module.parameters()])
+    patch = next(p for p in patches.PATCHES if p.name == "builtins lookups")
+    original = patches._originals[patch.name][0]
+    asked: list[str] = []
+
+    def counted(globals_dict, name):
+        if unwrap(name) not in unwrap(globals_dict):
+            asked.append(unwrap(name))
+        return original(globals_dict, name)
+
+    replacement = patch.read()
+    try:
+        patch.write(speedups.builtins_without_interpretation(counted, lambda: active_core_executor() is not None))
+        fast = _compiled_traces(module, x)
+        patch.write(original)
+        interpreted = _compiled_traces(module, x)
+    finally:
+        patch.write(replacement)
+    assert asked == ["undefined_name"]
+    torch.testing.assert_close(fast[0], expected)
+    for got, want in zip(fast[1], expected_grads):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(fast[:2], interpreted[:2], rtol=0, atol=0)
+    assert fast[2] == interpreted[2]
+    assert "offset" in fast[2][0]  # the prologue unpacks the buffer through the module's dicts
+
+
 def _branches_on_is_compiling(x):
     return x + 1 if not torch.compiler.is_compiling() else x - 1
 
