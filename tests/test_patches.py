@@ -1,6 +1,7 @@
 """Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without
 discover(), effective with it."""
 
+import copy
 import dataclasses
 import functools
 import subprocess
@@ -415,3 +416,85 @@ def test_stock_thunder_drops_the_gradient_of_index_put_values():
     x, v = torch.randn(3, 4, requires_grad=True), torch.randn(2, 4, requires_grad=True)
     out = thunder.jit(_index_put)(x, v, torch.tensor([0, 2]), False)
     assert torch.autograd.grad(out.sum(), (x, v), allow_unused=True)[1] is None
+
+
+class _Float8Block(torch.nn.Module):
+    """LayerNorm, a float8 MLP with GELU and cross-entropy: subclass ops (unrolled ATen ops for the
+    ``aten`` executor), torch-executor ops with and without execution transforms, composites."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.up, self.down = torch.nn.Linear(32, 64), torch.nn.Linear(64, 16)
+
+    def forward(self, x, target):
+        hidden = torch.nn.functional.gelu(self.up(self.norm(x)))
+        return torch.nn.functional.cross_entropy(self.down(hidden.transpose(0, 1).transpose(0, 1)), target)
+
+
+def _executed(trace) -> list[tuple[str, str | None]]:
+    return [(b.sym.name, b.sym.executor.name if b.sym.executor else None) for b in trace.bound_symbols]
+
+
+def _operators_bound_directly(monkeypatch) -> list:
+    """The operators the claims-bound-directly replacement binds from now on, in a list."""
+    from thunderplug.thunder_compat import speedups
+
+    bound: list = []
+    real = speedups._bound_to
+    monkeypatch.setattr(speedups, "_bound_to", lambda operator, bsym: bound.append(operator) or real(operator, bsym))
+    return bound
+
+
+def test_direct_claims_execute_what_thunders_claims_execute(monkeypatch):
+    """Claims bound directly give the traces thunder's claiming gives (the same symbols, executors
+    and order; proxy names may differ) and the same bits, eager's values and gradients."""
+    float8 = pytest.importorskip("torchao.float8")
+    thunderplug.discover(quiet=True)
+    patch = next(p for p in patches.PATCHES if p.name == "claims bound directly")
+    torch.manual_seed(0)
+    model = float8.convert_to_float8_training(_Float8Block(), config=float8.Float8LinearConfig(emulate=True))
+    x, target = torch.randn(8, 32, requires_grad=True), torch.randint(0, 16, (8,))
+    expected = model(x, target)
+    expected_grads = torch.autograd.grad(expected, (x, *model.parameters()))
+    bound = _operators_bound_directly(monkeypatch)
+
+    def compiled():
+        jitted = thunder.jit(copy.deepcopy(model), executors=thunderplug.discover(quiet=True))
+        result = jitted(x, target)
+        grads = torch.autograd.grad(result, (x, *jitted.parameters()))
+        torch.testing.assert_close(result, expected)
+        for got, want in zip(grads, expected_grads):
+            torch.testing.assert_close(got, want)
+        traces = (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1])
+        return result, grads, [_executed(t) for t in traces]
+
+    direct = compiled()
+    assert {op.executor.name for op in bound} >= {"aten", "torch"}
+    replacement = patch.read()
+    patch.write(patches._originals[patch.name][0])
+    try:
+        bound.clear()
+        claimed_by_thunder = compiled()
+    finally:
+        patch.write(replacement)
+    assert not bound
+    assert direct[2] == claimed_by_thunder[2]
+    torch.testing.assert_close(direct[0], claimed_by_thunder[0], rtol=0, atol=0)
+    for got, want in zip(direct[1], claimed_by_thunder[1]):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_direct_claims_step_aside_for_thunder_transforms(monkeypatch):
+    """A compilation with thunder transforms (which may re-shape inputs and rely on the metas running
+    again) is claimed by thunder's pass alone."""
+    from thunder.core.transform_common import Transform
+
+    bound = _operators_bound_directly(monkeypatch)
+    x = TwoTensor(torch.randn(4, 5), torch.randn(4, 5)).requires_grad_()
+    fn = lambda x: (x.sin() * 2).sum()  # noqa: E731
+    jitted = thunder.jit(fn, executors=thunderplug.discover(quiet=True), transforms=[Transform()])
+    torch.testing.assert_close(jitted(x), fn(x))
+    assert not bound
+    thunder.jit(fn, executors=thunderplug.discover(quiet=True))(x)
+    assert bound

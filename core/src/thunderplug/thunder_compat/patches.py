@@ -24,6 +24,7 @@ from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
+from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
@@ -168,6 +169,15 @@ PATCHES: tuple[Patch, ...] = (
         "subsymbol tree once anything is swapped; the unrolled subclass ops' deep trees made these copies most of a "
         "compilation's transient memory: only the subsymbols in which a proxy is swapped are copied, the rest "
         "shared (as thunder shares all of them when nothing is swapped).",
+    ),
+    Patch(
+        "claims bound directly", passes, "_transform_for_operator_executor_execution",
+        lambda original: speedups.direct_operator_claims(original, lambda: active_core_executor() is not None),
+        "discover() compilations without thunder transforms",
+        "thunder's claiming pass (five per compilation) hands a bound symbol to an operator executor by calling "
+        "the operator again: its meta re-runs and its outputs become new proxies (~10% of a 2-layer float8 GPT's "
+        "first call, mostly unrolled ATen ops and torch ops). Those an operator takes as they are (no execution "
+        "transform) are bound to it with their own outputs before thunder's pass, which does the rest.",
     ),
     Patch(
         "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,

@@ -37,21 +37,36 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   wrapped dict and key: the same wrapped value, with the same provenance, cached in the same
   item wrappers. Module globals, builtins modules (``__main__``) and names that are not there
   (the ``NameError``) are looked up as before.
+* **Claims bound directly.** thunder's claiming pass (``_transform_for_operator_executor_execution``,
+  run five times per compilation) hands a bound symbol that an operator executor takes without an
+  execution transform to that executor's operator by *calling* it: the operator's meta runs
+  again and its outputs are new proxies swapped in for the old ones. The unrolled subclass ops
+  (ATen ops the ``aten`` executor runs) and the ops the torch executor runs are all of this kind:
+  ~10% of a 2-layer float8 GPT's first call. They are bound to the operator with the outputs they
+  have (the subsymbols an operator registered ``like=`` a symbol gets when called are the symbol's
+  own, which the bound symbol already holds), unclaimed composites are flattened into their
+  subsymbols as thunder does, and thunder's pass gets the result: it keeps what is claimed and
+  does the rest itself. Not applied when the compilation has thunder transforms: those may
+  re-shape inputs (sharding, quantization) and rely on the metas running again.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS
-from thunder.core.prims import OpTags
+from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.proxies import CollectionProxy, Proxy, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass
-from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
+from thunder.core.trace import TraceCtx, from_trace
+from thunder.extend import Executor, FusionExecutor, OperatorExecutor
 from thunder.torch.experimental.dtensor_torch_and_prims import dispatch_to_impl
 
 _gc_lock = threading.Lock()
@@ -120,6 +135,82 @@ def _restore_full_collections() -> None:
         if _gc_state["depth"] == 0:
             gc.set_threshold(*_gc_state["threshold"])
             _gc_state["threshold"] = None
+
+
+def direct_operator_claims(original: Callable[..., TraceCtx], active: Callable[[], bool]) -> Callable:
+    """thunder's claiming pass, given a trace in which what an operator executor takes without an
+    execution transform is already bound to its operator (see the module docstring)."""
+
+    @functools.wraps(original)
+    def replacement(trace: TraceCtx, executors_list: Sequence[Executor]) -> TraceCtx:
+        compile_data = get_compile_data()
+        if not active() or compile_data is None or compile_data.transforms:
+            return original(trace, executors_list)
+        claimed = from_trace(trace)
+        claimed.bound_symbols = _claimed(trace.bound_symbols, executors_list, backward=False)
+        return original(claimed, executors_list)
+
+    return replacement
+
+
+def _claimed(bsyms: Sequence[BoundSymbol], executors: Sequence[Executor], backward: bool) -> list[BoundSymbol]:
+    """``bsyms`` with thunder's claims made in its order: the first operator executor that can execute
+    a bound symbol, or fusion executor that can fuse it, takes it; a composite nobody takes is
+    replaced by its subsymbols (tagged ``BACKWARD`` when it was). What thunder's pass would claim by
+    an execution transform or fuse is left to it, as are symbols it keeps as they are."""
+    result: list[BoundSymbol] = []
+    for bsym in bsyms:
+        if backward:
+            bsym.tags.add(BoundSymbolTag.BACKWARD)  # as thunder tags the subsymbols it descends into
+        if bsym.sym.python_impl is not None or bsym.sym.id == PrimIDs.GET_GRAD:
+            result.append(bsym)
+            continue
+        taker = next((ex for ex in executors if (isinstance(ex, OperatorExecutor) and ex.can_execute(bsym))
+                      or (isinstance(ex, FusionExecutor) and ex.can_fuse(bsym))), None)
+        if taker is None and bsym.sym.executor is None and not bsym.sym.is_prim:
+            result += _claimed(bsym.subsymbols, executors, backward or BoundSymbolTag.BACKWARD in bsym.tags)
+        elif isinstance(taker, OperatorExecutor) and (operator := _direct_operator(taker, bsym)) is not None:
+            result.append(_bound_to(operator, bsym))
+        else:
+            result.append(bsym)
+    return result
+
+
+def _direct_operator(executor: OperatorExecutor, bsym: BoundSymbol) -> Symbol | None:
+    """The operator thunder would call for ``bsym``, where calling it would record just itself: no
+    execution transform, and a meta of its own or ``bsym``'s symbol (whose subsymbols it then has)."""
+    if executor.get_execution_transform(bsym) is not None:
+        return None
+    operator = executor.implmap[bsym.sym.id].symbol
+    return operator if operator.is_prim or operator.meta is bsym.sym else None
+
+
+def _bound_to(operator: Symbol, bsym: BoundSymbol) -> BoundSymbol:
+    """``bsym`` as a call of an executor's ``operator``, with its own outputs, tags and source line.
+    ``Symbol.bind`` would first normalize the arguments against the operator's meta (an
+    ``inspect.signature`` each time); they already are when the meta is ``bsym``'s symbol or
+    takes anything (``*args, **kwargs``: the ``aten`` executor's operators)."""
+    subsymbols = () if operator.is_prim else bsym.subsymbols
+    normalized = operator.meta is bsym.sym or (not isinstance(operator.meta, Symbol) and _takes_anything(operator.meta))
+    if not normalized:
+        return _with_context(operator.bind(*bsym.args, output=bsym.output, subsymbols=subsymbols, **bsym.kwargs), bsym)
+    bound = BoundSymbol(operator, args=bsym.args, kwargs=bsym.kwargs, output=bsym.output, subsymbols=subsymbols)
+    if operator._bind_postprocess is not None:
+        operator._bind_postprocess(bound)
+    return _with_context(bound, bsym)
+
+
+def _with_context(bound: BoundSymbol, bsym: BoundSymbol) -> BoundSymbol:
+    bound.tags.update(bsym.tags)
+    bound.header = bsym.header
+    bound.source_filename, bound.source_positions = bsym.source_filename, bsym.source_positions
+    return bound
+
+
+@functools.cache
+def _takes_anything(meta: Callable[..., Any]) -> bool:
+    kinds = [p.kind for p in inspect.signature(meta).parameters.values()]
+    return kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
 
 
 def remove_noop_subsymbols(original: Callable[[BoundSymbol], None], active: Callable[[], bool]) -> Callable:
