@@ -65,7 +65,7 @@ from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.proxies import CollectionProxy, Proxy, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
-from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
 from thunder.torch.experimental.dtensor_torch_and_prims import dispatch_to_impl
 
@@ -138,8 +138,8 @@ def _restore_full_collections() -> None:
 
 
 def direct_operator_claims(original: Callable[..., TraceCtx], active: Callable[[], bool]) -> Callable:
-    """thunder's claiming pass, given a trace in which what an operator executor takes without an
-    execution transform is already bound to its operator (see the module docstring)."""
+    """thunder's claiming pass, given a trace in which what operator executors take is already bound
+    to their operators (see the module docstring)."""
 
     @functools.wraps(original)
     def replacement(trace: TraceCtx, executors_list: Sequence[Executor]) -> TraceCtx:
@@ -147,17 +147,19 @@ def direct_operator_claims(original: Callable[..., TraceCtx], active: Callable[[
         if not active() or compile_data is None or compile_data.transforms:
             return original(trace, executors_list)
         claimed = from_trace(trace)
-        claimed.bound_symbols = _claimed(trace.bound_symbols, executors_list, backward=False)
+        claimed.bound_symbols = _claimed(trace.bound_symbols, executors_list, claimed, backward=False)
         return original(claimed, executors_list)
 
     return replacement
 
 
-def _claimed(bsyms: Sequence[BoundSymbol], executors: Sequence[Executor], backward: bool) -> list[BoundSymbol]:
+def _claimed(
+    bsyms: Sequence[BoundSymbol], executors: Sequence[Executor], trace: TraceCtx, backward: bool
+) -> list[BoundSymbol]:
     """``bsyms`` with thunder's claims made in its order: the first operator executor that can execute
     a bound symbol, or fusion executor that can fuse it, takes it; a composite nobody takes is
-    replaced by its subsymbols (tagged ``BACKWARD`` when it was). What thunder's pass would claim by
-    an execution transform or fuse is left to it, as are symbols it keeps as they are."""
+    replaced by its subsymbols (tagged ``BACKWARD`` when it was). What a fusion executor takes, and
+    what thunder keeps as it is, are left to thunder's pass."""
     result: list[BoundSymbol] = []
     for bsym in bsyms:
         if backward:
@@ -168,12 +170,51 @@ def _claimed(bsyms: Sequence[BoundSymbol], executors: Sequence[Executor], backwa
         taker = next((ex for ex in executors if (isinstance(ex, OperatorExecutor) and ex.can_execute(bsym))
                       or (isinstance(ex, FusionExecutor) and ex.can_fuse(bsym))), None)
         if taker is None and bsym.sym.executor is None and not bsym.sym.is_prim:
-            result += _claimed(bsym.subsymbols, executors, backward or BoundSymbolTag.BACKWARD in bsym.tags)
+            result += _claimed(bsym.subsymbols, executors, trace, backward or BoundSymbolTag.BACKWARD in bsym.tags)
+        elif isinstance(taker, OperatorExecutor) and (transform := taker.get_execution_transform(bsym)) is not None:
+            result += _transformed(transform, bsym, trace) or [bsym]
         elif isinstance(taker, OperatorExecutor) and (operator := _direct_operator(taker, bsym)) is not None:
             result.append(_bound_to(operator, bsym))
         else:
             result.append(bsym)
     return result
+
+
+def _transformed(transform: Callable[..., Any], bsym: BoundSymbol, trace: TraceCtx) -> list[BoundSymbol] | None:
+    """What an execution transform records for ``bsym``, as thunder's pass records it, but with the
+    transform's outputs renamed to ``bsym``'s own, so that nothing after it needs swapping (every
+    later bound symbol thunder's pass keeps is copied when its swap map is not empty). ``None``
+    where an output is not a new proxy like ``bsym``'s (an input returned, other metadata): thunder's
+    pass claims that one itself."""
+    with tracectx(trace):
+        trace.push_scope([])
+        try:
+            result = transform(*bsym.args, **bsym.kwargs)
+        finally:
+            produced = trace.pop_scope()
+    made = {variableify(out) for recorded in produced for out in tree_flatten(recorded.output)[0]}
+    new_leaves, old_leaves = tree_flatten(result)[0], tree_flatten(bsym.output)[0]
+    if len(new_leaves) != len(old_leaves):
+        return None
+    renames: dict = {}
+    for new, old in zip(new_leaves, old_leaves):
+        if isinstance(new, Proxy) or isinstance(old, Proxy):
+            if not _same_metadata(new, old) or variableify(new) not in made or variableify(new) in renames:
+                return None
+            renames[variableify(new)] = old
+    renamed = [recorded.from_bsym_swap_proxies(renames) for recorded in produced]
+    for recorded in renamed:
+        recorded.tags.update(bsym.tags)
+        recorded.source_filename, recorded.source_positions = bsym.source_filename, bsym.source_positions
+    return renamed
+
+
+def _same_metadata(new: Any, old: Any) -> bool:
+    if type(new) is not type(old) or not isinstance(new, Proxy):
+        return False
+    if not isinstance(new, TensorProxy):
+        return True
+    return all(getattr(new, name) == getattr(old, name) for name in ("shape", "dtype", "device", "requires_grad"))
 
 
 def _direct_operator(executor: OperatorExecutor, bsym: BoundSymbol) -> Symbol | None:
