@@ -437,12 +437,24 @@ def _executed(trace) -> list[tuple[str, str | None]]:
 
 
 def _operators_bound_directly(monkeypatch) -> list:
-    """The operators the claims-bound-directly replacement binds from now on, in a list."""
+    """The operators the claims-bound-directly replacement binds from now on (directly or as an
+    execution transform records them), in a list."""
     from thunderplug.thunder_compat import speedups
 
     bound: list = []
-    real = speedups._bound_to
-    monkeypatch.setattr(speedups, "_bound_to", lambda operator, bsym: bound.append(operator) or real(operator, bsym))
+    real_bound_to, real_transformed = speedups._bound_to, speedups._transformed
+
+    def transformed(transform, bsym, trace):
+        recorded = real_transformed(transform, bsym, trace)
+        bound.extend(b.sym for b in recorded or ())
+        return recorded
+
+    def bound_to(operator, bsym):
+        bound.append(operator)
+        return real_bound_to(operator, bsym)
+
+    monkeypatch.setattr(speedups, "_bound_to", bound_to)
+    monkeypatch.setattr(speedups, "_transformed", transformed)
     return bound
 
 
@@ -471,6 +483,7 @@ def test_direct_claims_execute_what_thunders_claims_execute(monkeypatch):
 
     direct = compiled()
     assert {op.executor.name for op in bound} >= {"aten", "torch"}
+    assert {"permute", "transpose"} & {op.name for op in bound}  # recorded by torch's execution transforms
     replacement = patch.read()
     patch.write(patches._originals[patch.name][0])
     try:

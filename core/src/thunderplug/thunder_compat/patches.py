@@ -176,8 +176,9 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations without thunder transforms",
         "thunder's claiming pass (five per compilation) hands a bound symbol to an operator executor by calling "
         "the operator again: its meta re-runs and its outputs become new proxies (~10% of a 2-layer float8 GPT's "
-        "first call, mostly unrolled ATen ops and torch ops). Those an operator takes as they are (no execution "
-        "transform) are bound to it with their own outputs before thunder's pass, which does the rest.",
+        "first call, mostly unrolled ATen ops and torch ops), and every later bound symbol is then copied to swap "
+        "in those proxies. Before thunder's pass, they are bound to the operator with their own outputs (an "
+        "execution transform's outputs are renamed to them); thunder's pass does the rest.",
     ),
     Patch(
         "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,

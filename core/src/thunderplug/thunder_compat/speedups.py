@@ -42,12 +42,14 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   execution transform to that executor's operator by *calling* it: the operator's meta runs
   again and its outputs are new proxies swapped in for the old ones. The unrolled subclass ops
   (ATen ops the ``aten`` executor runs) and the ops the torch executor runs are all of this kind:
-  ~10% of a 2-layer float8 GPT's first call. They are bound to the operator with the outputs they
-  have (the subsymbols an operator registered ``like=`` a symbol gets when called are the symbol's
-  own, which the bound symbol already holds), unclaimed composites are flattened into their
-  subsymbols as thunder does, and thunder's pass gets the result: it keeps what is claimed and
-  does the rest itself. Not applied when the compilation has thunder transforms: those may
-  re-shape inputs (sharding, quantization) and rely on the metas running again.
+  ~10% of a 2-layer float8 GPT's first call, and the new proxies make every later bound symbol
+  (with its subsymbol tree) be copied to swap them in. They are bound to the operator with the
+  outputs they have (the subsymbols an operator registered ``like=`` a symbol gets when called
+  are the symbol's own, which the bound symbol already holds); what an execution transform
+  records is renamed to the original outputs where they match; unclaimed composites are
+  flattened into their subsymbols as thunder does. thunder's pass gets the result: it keeps what
+  is claimed and does the rest itself. Not applied when the compilation has thunder transforms:
+  those may re-shape inputs (sharding, quantization) and rely on the metas running again.
 """
 
 from __future__ import annotations
