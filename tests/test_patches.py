@@ -346,6 +346,41 @@ def test_builtins_lookups_trace_what_interpretation_traces():
     assert "offset" in fast[2][0]  # the prologue unpacks the buffer through the module's dicts
 
 
+def test_one_disassembly_per_code_object():
+    """thunder's interpreter reads a code object's instructions from one disassembly while the code
+    lives: dis's instructions, the same traces as with thunder's own ``dis``; dis's answer outside
+    discover() compilations."""
+    import dis
+    import gc
+
+    thunderplug.discover()
+    patch = next(p for p in patches.PATCHES if p.name == "one disassembly per code object")
+    once, original = patch.read(), patches._originals[patch.name][0]
+    assert once.Instruction is dis.Instruction and once.opmap is dis.opmap
+    torch.manual_seed(0)
+    module, x = _Builtins(), torch.randn(2, 4, requires_grad=True)
+    namespace: dict = {}
+    exec("def scaled(t):\n    return t * 2\n", namespace)  # noqa: S102 - a code object that dies
+    scaled = namespace.pop("scaled")
+    fast = _compiled_traces(module, x)
+    torch.testing.assert_close(thunder.jit(scaled, executors=thunderplug.discover())(x), x * 2)
+    code = _Builtins.forward.__code__
+    assert once._instructions[id(code)][1] == tuple(dis.get_instructions(code))
+    assert id(scaled.__code__) in once._instructions
+    assert not isinstance(once.get_instructions(code), tuple)  # outside a compilation: dis's generator
+    key = id(scaled.__code__)
+    del scaled, namespace
+    gc.collect()
+    assert key not in once._instructions  # forgotten with its code object
+    try:
+        patch.write(original)
+        interpreted = _compiled_traces(module, x)
+    finally:
+        patch.write(once)
+    torch.testing.assert_close(fast[:2], interpreted[:2], rtol=0, atol=0)
+    assert fast[2] == interpreted[2]
+
+
 def _branches_on_is_compiling(x):
     return x + 1 if not torch.compiler.is_compiling() else x - 1
 

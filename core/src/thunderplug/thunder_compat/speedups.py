@@ -50,6 +50,11 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   flattened into their subsymbols as thunder does. thunder's pass gets the result: it keeps what
   is claimed and does the rest itself. Not applied when the compilation has thunder transforms:
   those may re-shape inputs (sharding, quantization) and rely on the metas running again.
+* **Each code object disassembled once.** thunder's interpreter runs every frame from
+  ``tuple(dis.get_instructions(code))``, disassembling the function again at every call (the same
+  few helpers thousands of times per compilation: ~7% of a float8 GPT's first call). Its ``dis``
+  is given a ``get_instructions`` that keeps the (immutable) instruction tuple of each code
+  object while the code object lives; everything else is ``dis``'s own.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ import functools
 import gc
 import inspect
 import threading
+import types
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -438,3 +445,37 @@ def builtins_without_interpretation(original: Callable[..., Any], active: Callab
         return getitem(wrapped_builtins, name)
 
     return replacement
+
+
+class DisassemblyOnce(types.ModuleType):
+    """``dis`` for thunder's interpreter, with ``get_instructions(code)`` computed once per code
+    object (by identity, while it lives) in ``discover()`` compilations."""
+
+    def __init__(self, original: types.ModuleType, active: Callable[[], bool]):
+        super().__init__(original.__name__, original.__doc__)
+        self.__dict__.update({k: v for k, v in vars(original).items() if k != "get_instructions"})  # plain reads
+        self._original = original
+        self._active = active
+        self._lock = threading.Lock()
+        self._instructions: dict[int, tuple[weakref.ref, tuple]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+    def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or type(x) is not types.CodeType or not self._active():
+            return self._original.get_instructions(x, *args, **kwargs)
+        key = id(x)
+        with self._lock:
+            found = self._instructions.get(key)
+        if found is not None and found[0]() is x:
+            return found[1]
+        instructions = tuple(self._original.get_instructions(x))
+        with self._lock:
+            self._instructions[key] = (weakref.ref(x, functools.partial(self._forget, key)), instructions)
+        return instructions
+
+    def _forget(self, key: int, ref: weakref.ref) -> None:
+        with self._lock:
+            if self._instructions.get(key, (None,))[0] is ref:
+                del self._instructions[key]
