@@ -456,7 +456,9 @@ class DisassemblyOnce(types.ModuleType):
         self.__dict__.update({k: v for k, v in vars(original).items() if k != "get_instructions"})  # plain reads
         self._original = original
         self._active = active
-        self._lock = threading.Lock()
+        # No lock: one dict read or write at a time is atomic, two threads disassembling the same code
+        # store equal tuples, and ``_forget`` runs while a code object is freed, possibly inside such a
+        # write (the tuple it replaces holds nested code objects in its ``LOAD_CONST`` instructions).
         self._instructions: dict[int, tuple[weakref.ref, tuple]] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -466,16 +468,15 @@ class DisassemblyOnce(types.ModuleType):
         if args or kwargs or type(x) is not types.CodeType or not self._active():
             return self._original.get_instructions(x, *args, **kwargs)
         key = id(x)
-        with self._lock:
-            found = self._instructions.get(key)
+        found = self._instructions.get(key)
         if found is not None and found[0]() is x:
             return found[1]
         instructions = tuple(self._original.get_instructions(x))
-        with self._lock:
-            self._instructions[key] = (weakref.ref(x, functools.partial(self._forget, key)), instructions)
+        self._instructions[key] = (weakref.ref(x, functools.partial(self._forget, key)), instructions)
         return instructions
 
     def _forget(self, key: int, ref: weakref.ref) -> None:
-        with self._lock:
-            if self._instructions.get(key, (None,))[0] is ref:
-                del self._instructions[key]
+        """Drop a freed code object's entry (no live object can have its id yet)."""
+        found = self._instructions.get(key)
+        if found is not None and found[0] is ref:
+            self._instructions.pop(key, None)
