@@ -182,7 +182,7 @@ def _claimed(
             result += _claimed(bsym.subsymbols, executors, trace, backward or BoundSymbolTag.BACKWARD in bsym.tags)
         elif isinstance(taker, OperatorExecutor) and (transform := taker.get_execution_transform(bsym)) is not None:
             result += _transformed(transform, bsym, trace) or [bsym]
-        elif isinstance(taker, OperatorExecutor) and (operator := _direct_operator(taker, bsym)) is not None:
+        elif isinstance(taker, OperatorExecutor) and (operator := _own_operator(taker, bsym)) is not None:
             result.append(_bound_to(operator, bsym))
         else:
             result.append(bsym)
@@ -211,11 +211,7 @@ def _transformed(transform: Callable[..., Any], bsym: BoundSymbol, trace: TraceC
             if not _same_metadata(new, old) or variableify(new) not in made or variableify(new) in renames:
                 return None
             renames[variableify(new)] = old
-    renamed = [recorded.from_bsym_swap_proxies(renames) for recorded in produced]
-    for recorded in renamed:
-        recorded.tags.update(bsym.tags)
-        recorded.source_filename, recorded.source_positions = bsym.source_filename, bsym.source_positions
-    return renamed
+    return [_in_place_of(recorded.from_bsym_swap_proxies(renames), bsym) for recorded in produced]
 
 
 def _same_metadata(new: Any, old: Any) -> bool:
@@ -226,11 +222,9 @@ def _same_metadata(new: Any, old: Any) -> bool:
     return all(getattr(new, name) == getattr(old, name) for name in ("shape", "dtype", "device", "requires_grad"))
 
 
-def _direct_operator(executor: OperatorExecutor, bsym: BoundSymbol) -> Symbol | None:
-    """The operator thunder would call for ``bsym``, where calling it would record just itself: no
-    execution transform, and a meta of its own or ``bsym``'s symbol (whose subsymbols it then has)."""
-    if executor.get_execution_transform(bsym) is not None:
-        return None
+def _own_operator(executor: OperatorExecutor, bsym: BoundSymbol) -> Symbol | None:
+    """The operator thunder would call for ``bsym`` (which has no execution transform), where calling
+    it would record just itself: a meta of its own or ``bsym``'s symbol (whose subsymbols it then has)."""
     operator = executor.implmap[bsym.sym.id].symbol
     return operator if operator.is_prim or operator.meta is bsym.sym else None
 
@@ -242,19 +236,21 @@ def _bound_to(operator: Symbol, bsym: BoundSymbol) -> BoundSymbol:
     takes anything (``*args, **kwargs``: the ``aten`` executor's operators)."""
     subsymbols = () if operator.is_prim else bsym.subsymbols
     normalized = operator.meta is bsym.sym or (not isinstance(operator.meta, Symbol) and _takes_anything(operator.meta))
-    if not normalized:
-        return _with_context(operator.bind(*bsym.args, output=bsym.output, subsymbols=subsymbols, **bsym.kwargs), bsym)
-    bound = BoundSymbol(operator, args=bsym.args, kwargs=bsym.kwargs, output=bsym.output, subsymbols=subsymbols)
-    if operator._bind_postprocess is not None:
-        operator._bind_postprocess(bound)
-    return _with_context(bound, bsym)
-
-
-def _with_context(bound: BoundSymbol, bsym: BoundSymbol) -> BoundSymbol:
-    bound.tags.update(bsym.tags)
+    if normalized:
+        bound = BoundSymbol(operator, args=bsym.args, kwargs=bsym.kwargs, output=bsym.output, subsymbols=subsymbols)
+        if operator._bind_postprocess is not None:
+            operator._bind_postprocess(bound)
+    else:
+        bound = operator.bind(*bsym.args, output=bsym.output, subsymbols=subsymbols, **bsym.kwargs)
     bound.header = bsym.header
-    bound.source_filename, bound.source_positions = bsym.source_filename, bsym.source_positions
-    return bound
+    return _in_place_of(bound, bsym)
+
+
+def _in_place_of(recorded: BoundSymbol, bsym: BoundSymbol) -> BoundSymbol:
+    """``recorded`` with ``bsym``'s tags and source line, as thunder's pass gives what replaces ``bsym``."""
+    recorded.tags.update(bsym.tags)
+    recorded.source_filename, recorded.source_positions = bsym.source_filename, bsym.source_positions
+    return recorded
 
 
 @functools.cache
