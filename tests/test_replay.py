@@ -131,3 +131,77 @@ def test_an_op_with_a_dataclass_argument_is_traced_once_for_interpretation_and_a
     torch.testing.assert_close(x.grad.b, ex.grad.b)
     assert traced.count("_Scaled.apply") == 1
     assert calls.count("_Scaled.apply") == 1  # the re-emission in autodiff copies the first replay
+
+
+def _aten_ops(bsym):
+    """The ATen ops inside a subclass op (at any depth of nested subclass ops)."""
+    found = []
+    for sub in bsym.subsymbols:
+        if str(sub.sym.id).startswith("torch.ops.aten."):
+            found.append(sub)
+        else:
+            found += _aten_ops(sub)
+    return found
+
+
+def test_copies_leave_out_the_decompositions_of_ops_an_operator_runs_whole(monkeypatch):
+    monkeypatch.setenv("THUNDERPLUG_KEEP_DECOMPOSITIONS", "1")  # kept traces as compiled
+
+    def f(x, y):
+        return (torch.sin(x) * 3 + torch.sin(y) * 3).sum()
+
+    x, y = _two(13, 3, grad=True), _two(13, 3, grad=True)  # shapes no other test records
+    ex, ey = (t.detach().clone().requires_grad_(True) for t in (x, y))
+    jitted = thunder.jit(f, executors=thunderplug.discover(quiet=True))
+    out, expected = jitted(x, y), f(ex, ey)
+    out.backward()
+    expected.backward()
+    for got, want in ((out, expected), (x.grad, ex.grad), (y.grad, ey.grad)):
+        torch.testing.assert_close(got.a, want.a, rtol=0, atol=0)
+        torch.testing.assert_close(got.b, want.b, rtol=0, atol=0)
+    sins = [b for b in thunder.last_traces(jitted)[0].bound_symbols if "sin" in str(b.sym.id)]
+    first, copy = (_aten_ops(b) for b in sins[:2])
+    assert [str(b.sym.id) for b in first] == [str(b.sym.id) for b in copy] == ["torch.ops.aten.sin.default"] * 2
+    assert all(b.subsymbols for b in first)  # the replay that called the symbols
+    assert not any(b.subsymbols for b in copy)  # the aten executor runs them: nothing reads their prims
+
+
+class _SinFuser(thunder.extend.FusionExecutor):
+    """Takes ``aten.sin`` ahead of the aten executor and runs its prims (with thunder's torch executor)."""
+
+    def __init__(self):
+        super().__init__("test_sin_fuser", version="0")
+        self.fused: list = []
+
+    def can_fuse(self, bsym):
+        return bsym.sym.id == "torch.ops.aten.sin.default"
+
+    def fusion_pass(self, trace):
+        from thunder.executors.torchex import ex as torch_executor
+
+        from thunderplug.thunder_compat import transform_for_operator_executor_execution
+
+        result = thunder.core.trace.from_trace(trace)
+        for bsym in trace.bound_symbols:
+            if self.can_fuse(bsym):
+                self.fused.append(bsym)
+                result.bound_symbols += bsym.subsymbols
+            else:
+                result.bound_symbols.append(bsym)
+        return transform_for_operator_executor_execution(result, [torch_executor])
+
+
+def test_copies_keep_the_decompositions_a_fuser_ahead_of_the_aten_executor_takes():
+    def f(x, y):
+        return (torch.sin(x) * 3 + torch.sin(y) * 3).sum()
+
+    fuser = _SinFuser()
+    executors = thunderplug.discover(quiet=True)
+    executors.insert(1, fuser)  # after thunderplug's own executor, before the aten executor
+    x, y = _two(6, 4), _two(6, 4)
+    out = thunder.jit(f, executors=executors)(x, y)
+    expected = f(x, y)
+    torch.testing.assert_close(out.a, expected.a)
+    torch.testing.assert_close(out.b, expected.b)
+    assert len(fuser.fused) == 4  # sin of x.a, x.b, y.a, y.b: copies among them, each with its prims
+    assert all(bsym.subsymbols for bsym in fuser.fused)

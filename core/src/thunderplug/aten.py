@@ -54,6 +54,7 @@ _symbols: dict[OpOverload, Symbol] = {}  # one symbol per registered overload pe
 _specs: dict[OpOverload, AtenOp] = {}
 _fallbacks: dict[OpOverload, Symbol] = {}  # one fallback symbol per unregistered overload per process
 _without_derivative: set[str] = set()  # ids of registered symbols whose ops have no derivative
+_registered_ids: set[str] = set()  # ids of every registered overload's symbol
 
 
 class AtenMetadataError(AssertionError):
@@ -97,7 +98,13 @@ def symbol_for(op: AtenOp) -> Symbol:
             _without_derivative.add(symbol.id)
         _symbols[op.overload] = symbol
         _specs[op.overload] = op
+        _registered_ids.add(symbol.id)
         return symbol
+
+
+def is_registered_symbol(symbol: Symbol) -> bool:
+    """Whether ``symbol`` is the symbol of a registered ATen overload (the ``aten`` executor's kind)."""
+    return symbol.id in _registered_ids
 
 
 def recorded_symbol(overload: OpOverload) -> Symbol:

@@ -67,7 +67,7 @@ class CompilationRecord:
         for bsym in bound_symbols[self._alive_scanned :]:
             tensors = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
             self.alive.update(p.name for p in tensors if getattr(p, "history", None) is not None)
-            if _only_views(bsym) and tensors and all(p.name in self.alive for p in tensors):
+            if only_views(bsym) and tensors and all(p.name in self.alive for p in tensors):
                 self.alive.update(o.name for o in bsym.flat_proxy_outs)
             note_permuted_layout(bsym)
         self._alive_scanned = len(bound_symbols)
@@ -81,11 +81,11 @@ _VIEW_PRIMS = frozenset(
 )
 
 
-def _only_views(bsym: Any) -> bool:
+def only_views(bsym: Any) -> bool:
     """Whether ``bsym`` (``x.t()``, ``x.view(...)``) decomposes into view prims only."""
     if bsym.sym.id in _VIEW_PRIMS:
         return True
-    return bool(bsym.subsymbols) and all(_only_views(sub) for sub in bsym.subsymbols)
+    return bool(bsym.subsymbols) and all(only_views(sub) for sub in bsym.subsymbols)
 
 
 _records: weakref.WeakKeyDictionary[Any, CompilationRecord] = weakref.WeakKeyDictionary()

@@ -10,6 +10,10 @@ same nesting, every proxy they produce renamed in the trace being built. What ca
 symbol records in the compilation (fallback use, the user's line of an op without derivative) is
 recorded again for every copy (``aten.note_call``).
 
+A copy leaves out the decomposition (prims) of an ATen op that the compilation will run as itself
+(:func:`runs_whole`): nothing would run or fuse it, and at the depth of a float8 GPT those
+decompositions were half of what a compilation allocates (issue 14's first-step memory).
+
 Recordings are not made for graphs with random ops (two draws must stay two ops, with their own
 state) or for bound symbols holding anything but plain tensor proxies, numbers and containers.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,8 +32,10 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
+from thunder.extend import FusionExecutor, OperatorExecutor
 
-from thunderplug.aten import note_call, records_calls
+from thunderplug.aten import is_registered_symbol, note_call, records_calls
+from thunderplug.compilation import only_views
 from thunderplug.fake import hashable_or_none, value_key
 from thunderplug.thunder_compat import bound_symbol_context
 
@@ -43,6 +49,8 @@ class Recording:
     produced: tuple[tuple[TensorProxy, frozenset], ...]  # every proxy they create (any depth), its tags then
     outputs: tuple[Any, ...]  # the graph's outputs: proxies (by name) or constants
     notes: bool  # some symbol records something in the compilation when called
+    #: which of ``bsyms`` are copied whole -> names of the proxies such copies show (computed once each)
+    visible: dict[tuple[bool, ...], frozenset[str]] = field(default_factory=dict, compare=False)
 
 
 _CONSTANTS = (bool, int, float, complex, str, slice, dtypes.dtype, devices.Device, torch.dtype, torch.device,
@@ -93,16 +101,58 @@ def record(
 
 
 def copy_into(recording: Recording, trace: TraceCtx, leaves: list[TensorProxy]) -> tuple[list[BoundSymbol], list]:
-    """The recording's bound symbols on ``leaves``, with fresh proxies in ``trace``, and its outputs."""
+    """The recording's bound symbols on ``leaves``, with fresh proxies in ``trace``, and its outputs.
+    ATen ops the compilation runs as themselves are copied without their decompositions."""
+    shallow = tuple(runs_whole(bsym) for bsym in recording.bsyms)
+    visible = recording.visible.get(shallow)
+    if visible is None:
+        visible = recording.visible.setdefault(shallow, _visible_names(recording, shallow))
     names: dict[str, Any] = dict(zip(recording.inputs, leaves))
     for proxy, tags in recording.produced:
-        names[proxy.name] = proxy.replace(name=None, tags=set(tags))  # a fresh name in the current trace
+        if proxy.name in visible:
+            names[proxy.name] = proxy.replace(name=None, tags=set(tags))  # a fresh name in the current trace
     stamp = bound_symbol_context(trace)
-    bsyms = [_copy(bsym, names, stamp) for bsym in recording.bsyms]
+    bsyms = [_copy(bsym, names, stamp, deep=not flat) for bsym, flat in zip(recording.bsyms, shallow)]
     if recording.notes:
         for bsym in bsyms:
             _any_bsym(bsym, _note)
     return bsyms, [_swap(o, names) for o in recording.outputs]
+
+
+def runs_whole(bsym: BoundSymbol) -> bool:
+    """Whether the compilation in progress will run the ATen op ``bsym`` as itself, so that its
+    decomposition is never read: the first executor that takes it in thunder's claiming order is an
+    operator executor (a fuser first in line fuses the prims instead), and no user transform of the
+    compilation may look inside it. Views are kept whole (the compilation record reads their view
+    prims to know what is a view of an input), and so is an op whose decomposition records a call
+    (``aten.note_call``; a call of the op itself is noted on its copy)."""
+    if not is_registered_symbol(bsym.sym) or only_views(bsym):
+        return False
+    if any(_any_bsym(sub, lambda b: records_calls(b.sym)) for sub in bsym.subsymbols):
+        return False
+    compile_data = get_compile_data()
+    if compile_data is None or compile_data.transforms:
+        return False
+    for executor in compile_data.executors_list:
+        if isinstance(executor, OperatorExecutor) and executor.can_execute(bsym):
+            return True
+        if isinstance(executor, FusionExecutor) and executor.can_fuse(bsym):
+            return False
+    return False
+
+
+def _visible_names(recording: Recording, shallow: tuple[bool, ...]) -> frozenset[str]:
+    """Names of the proxies the copies show when the bound symbols marked in ``shallow`` are copied
+    without subsymbols: the inner values of left-out decompositions get no fresh proxy."""
+    found = [p.name for p in _proxies(recording.outputs)]
+    for bsym, flat in zip(recording.bsyms, shallow):
+        for shown in [bsym] if flat else _tree(bsym):
+            found += [p.name for p in _proxies((shown.args, shown.kwargs, shown.output))]
+    return frozenset(found)
+
+
+def _tree(bsym: BoundSymbol) -> list[BoundSymbol]:
+    return [bsym, *(b for sub in bsym.subsymbols for b in _tree(sub))]
 
 
 def _note(bsym: BoundSymbol) -> bool:
@@ -111,15 +161,17 @@ def _note(bsym: BoundSymbol) -> bool:
     return False  # visit every bound symbol
 
 
-def _copy(bsym: BoundSymbol, names: dict[str, Any], stamp: tuple[str, Any, Any] | None) -> BoundSymbol:
+def _copy(
+    bsym: BoundSymbol, names: dict[str, Any], stamp: tuple[str, Any, Any] | None, *, deep: bool = True
+) -> BoundSymbol:
     """A new bound symbol tree with proxies swapped by ``names`` (and the user's source line of
-    ``stamp``, else the original's)."""
+    ``stamp``, else the original's); without subsymbols unless ``deep``."""
     where = {} if stamp is None else dict(zip(("header", "source_filename", "source_positions"), stamp))
     return bsym.from_bsym(
         args=_swap(bsym.args, names),
         kwargs=_swap(bsym.kwargs, names),
         output=_swap(bsym.output, names),
-        subsymbols=[_copy(sub, names, stamp) for sub in bsym.subsymbols],
+        subsymbols=[_copy(sub, names, stamp) for sub in bsym.subsymbols] if deep else [],
         **where,
     )
 

@@ -28,7 +28,7 @@ from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
-from thunderplug import distributed, output_grads, thunderfx
+from thunderplug import aten, distributed, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
@@ -163,10 +163,14 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
-        lambda original: speedups.remove_noop_subsymbols(original, lambda: active_core_executor() is not None),
+        lambda original: speedups.remove_noop_subsymbols(
+            original, lambda: active_core_executor() is not None, aten.is_registered_symbol
+        ),
         "discover() compilations",
         "thunder's `dce` prunes no-op subsymbols asking, per subsymbol, whether the parent's whole subtree is "
-        "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent.",
+        "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent. "
+        "An ATen op without subsymbols is kept: replays copy ATen ops that an operator executor runs as "
+        "themselves without their decompositions (thunder would take them for no-ops).",
     ),
     Patch(
         "proxy swaps share unchanged subtrees", BoundSymbol, "from_bsym_swap_proxies",

@@ -259,16 +259,20 @@ def _takes_anything(meta: Callable[..., Any]) -> bool:
     return kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
 
 
-def remove_noop_subsymbols(original: Callable[[BoundSymbol], None], active: Callable[[], bool]) -> Callable:
+def remove_noop_subsymbols(
+    original: Callable[[BoundSymbol], None], active: Callable[[], bool], runs_whole: Callable[[Symbol], bool]
+) -> Callable:
     """thunder's ``transform_common._remove_noop_subsymbols`` (called by ``dce`` on every kept bound
-    symbol), with the parent's ``DONT_DCE`` question asked once instead of once per subsymbol."""
+    symbol), with the parent's ``DONT_DCE`` question asked once instead of once per subsymbol. A
+    composite without subsymbols is a no-op to thunder, except where ``runs_whole`` says an operator
+    runs the symbol itself (an ATen op copied without its decomposition)."""
 
     def replacement(bsym: BoundSymbol) -> None:
         if not active():
             return original(bsym)
         tagged: dict[int, bool] = {}
         _tag(bsym, tagged)
-        _prune(bsym, tagged)
+        _prune(bsym, tagged, runs_whole)
         return None
 
     return replacement
@@ -284,15 +288,15 @@ def _tag(bsym: BoundSymbol, tagged: dict[int, bool]) -> bool:
     return found
 
 
-def _prune(bsym: BoundSymbol, tagged: dict[int, bool]) -> None:
+def _prune(bsym: BoundSymbol, tagged: dict[int, bool], runs_whole: Callable[[Symbol], bool]) -> None:
     keeps_constant_outputs = tagged[id(bsym)]
     kept = []
     for sub in bsym.subsymbols:
-        if not sub.subsymbols and not sub.sym.is_prim:
+        if not sub.subsymbols and not sub.sym.is_prim and not runs_whole(sub.sym):
             continue  # a composite that decomposed into nothing
         if not keeps_constant_outputs and not _has_proxy_output(sub):
             continue  # only constant outputs
-        _prune(sub, tagged)
+        _prune(sub, tagged, runs_whole)
         kept.append(sub)
     if len(kept) != len(bsym.subsymbols) or not isinstance(bsym.subsymbols, list):
         bsym.subsymbols = kept  # else the list stays, shared with the copies of ``bsym`` that share it
