@@ -58,3 +58,18 @@ def test_gpt_float8_docs_section_is_replaced_not_appended():
     twice = script.replace_section(once + "\nafter\n", "table 2")
     assert twice.count(script.BEGIN) == 1 and "table 1" not in twice
     assert twice.index("before") < twice.index("table 2") < twice.index("after")
+
+
+def test_compile_memory_prints_a_phase_table():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("compile_memory.py")), "--layers", "1", "--variants", "fp8-thunderplug"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    for phase in ("interpretation", "autodiff (joint trace)", "claiming + fusion", "compilation, total"):
+        assert phase in rows, proc.stdout
+    held, peak = (float(v) for v in rows["compilation, total"].split(" | ")[1].rstrip(" |").split(" / "))
+    assert 0 < held <= peak, proc.stdout
