@@ -60,16 +60,24 @@ def test_gpt_float8_docs_section_is_replaced_not_appended():
     assert twice.index("before") < twice.index("table 2") < twice.index("after")
 
 
-def test_compile_memory_prints_a_phase_table():
+def test_compile_memory_prints_its_heap_and_rss_tables():
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("compile_memory.py")), "--layers", "1", "--variants", "fp8-thunderplug"],
+        [sys.executable, str(SCRIPT.with_name("compile_memory.py")), "--layers", "1", "--variants", "fp8-thunderplug",
+         "--rss-variants", "fp8-thunderplug,fp8-eager", "--repeats", "1"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    rows = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("| "):
+            label, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
+            rows[label] = cells
     for phase in ("interpretation", "autodiff (joint trace)", "claiming + fusion", "compilation, total"):
         assert phase in rows, proc.stdout
-    held, peak = (float(v) for v in rows["compilation, total"].split(" | ")[1].rstrip(" |").split(" / "))
+    held, peak = (float(v) for v in rows["compilation, total"][0].split(" / "))
     assert 0 < held <= peak, proc.stdout
+    compiled, first_step = (float(v) for v in rows["fp8 thunder.jit(executors=discover())"])
+    assert 0 < compiled < first_step, proc.stdout
+    assert rows["fp8 eager (torchao)"][0] == "—" and float(rows["fp8 eager (torchao)"][1]) > 0, proc.stdout
