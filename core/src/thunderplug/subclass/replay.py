@@ -32,12 +32,12 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
-from thunder.extend import FusionExecutor, OperatorExecutor
+from thunder.extend import OperatorExecutor
 
 from thunderplug.aten import is_registered_symbol, note_call, records_calls
 from thunderplug.compilation import only_views
 from thunderplug.fake import hashable_or_none, value_key
-from thunderplug.thunder_compat import bound_symbol_context
+from thunderplug.thunder_compat import bound_symbol_context, claiming_executor
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class Recording:
     produced: tuple[tuple[TensorProxy, frozenset], ...]  # every proxy they create (any depth), its tags then
     outputs: tuple[Any, ...]  # the graph's outputs: proxies (by name) or constants
     notes: bool  # some symbol records something in the compilation when called
-    #: which of ``bsyms`` are copied whole -> names of the proxies such copies show (computed once each)
+    #: per bound symbol: may a copy leave out its decomposition where an operator runs it (:func:`_droppable`)
+    droppable: tuple[bool, ...]
+    #: which of ``bsyms`` are copied shallow -> names of the proxies such copies show (computed once each)
     visible: dict[tuple[bool, ...], frozenset[str]] = field(default_factory=dict, compare=False)
 
 
@@ -95,7 +97,8 @@ def record(
     same = {name: proxy for name, proxy in produced.items()} | {leaf.name: leaf for leaf in leaves}
     copies = tuple(_copy(bsym, same, None) for bsym in bsyms)
     tagged = tuple((proxy, frozenset(proxy.tags)) for proxy in produced.values())
-    recording = Recording(tuple(leaf.name for leaf in leaves), copies, tagged, tuple(outputs), notes)
+    droppable = tuple(_droppable(bsym) for bsym in copies)
+    recording = Recording(tuple(leaf.name for leaf in leaves), copies, tagged, tuple(outputs), notes, droppable)
     with _lock:
         _recordings.setdefault(graph, {}).setdefault(key, recording)
 
@@ -103,7 +106,7 @@ def record(
 def copy_into(recording: Recording, trace: TraceCtx, leaves: list[TensorProxy]) -> tuple[list[BoundSymbol], list]:
     """The recording's bound symbols on ``leaves``, with fresh proxies in ``trace``, and its outputs.
     ATen ops the compilation runs as themselves are copied without their decompositions."""
-    shallow = tuple(runs_whole(bsym) for bsym in recording.bsyms)
+    shallow = tuple(droppable and runs_whole(bsym) for bsym, droppable in zip(recording.bsyms, recording.droppable))
     visible = recording.visible.get(shallow)
     if visible is None:
         visible = recording.visible.setdefault(shallow, _visible_names(recording, shallow))
@@ -120,25 +123,23 @@ def copy_into(recording: Recording, trace: TraceCtx, leaves: list[TensorProxy]) 
 
 
 def runs_whole(bsym: BoundSymbol) -> bool:
-    """Whether the compilation in progress will run the ATen op ``bsym`` as itself, so that its
-    decomposition is never read: the first executor that takes it in thunder's claiming order is an
-    operator executor (a fuser first in line fuses the prims instead), and no user transform of the
-    compilation may look inside it. Views are kept whole (the compilation record reads their view
-    prims to know what is a view of an input), and so is an op whose decomposition records a call
-    (``aten.note_call``; a call of the op itself is noted on its copy)."""
-    if not is_registered_symbol(bsym.sym) or only_views(bsym):
-        return False
-    if any(_any_bsym(sub, lambda b: records_calls(b.sym)) for sub in bsym.subsymbols):
-        return False
+    """Whether the compilation in progress will run ``bsym`` as itself, so that its decomposition is
+    never read: the executor thunder's claiming pass gives it to is an operator executor (a fuser
+    first in line fuses the prims instead), and no user transform of the compilation may look inside."""
     compile_data = get_compile_data()
     if compile_data is None or compile_data.transforms:
         return False
-    for executor in compile_data.executors_list:
-        if isinstance(executor, OperatorExecutor) and executor.can_execute(bsym):
-            return True
-        if isinstance(executor, FusionExecutor) and executor.can_fuse(bsym):
-            return False
-    return False
+    return isinstance(claiming_executor(bsym, compile_data.executors_list), OperatorExecutor)
+
+
+def _droppable(bsym: BoundSymbol) -> bool:
+    """Whether a copy of ``bsym`` may leave out its decomposition where :func:`runs_whole`, whatever
+    the executors: a registered ATen op, not a view (the compilation record reads view prims to know
+    what is a view of an input), and with no call recorded inside its decomposition
+    (``aten.note_call``; a call of the op itself is noted on its copy)."""
+    if not is_registered_symbol(bsym.sym) or only_views(bsym):
+        return False
+    return not any(_any_bsym(sub, lambda b: records_calls(b.sym)) for sub in bsym.subsymbols)
 
 
 def _visible_names(recording: Recording, shallow: tuple[bool, ...]) -> frozenset[str]:

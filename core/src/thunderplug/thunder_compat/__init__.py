@@ -34,6 +34,15 @@ def default_lookaside(fn: Any) -> Callable[..., Any]:
     return _default_lookaside_map[fn]
 
 
+def claiming_executor(bsym: Any, executors: Any) -> Any:
+    """The executor thunder's claiming pass gives ``bsym`` to: the first, in list order, that is an
+    operator executor able to execute it or a fusion executor able to fuse it (``None``: nobody)."""
+    from thunder.extend import FusionExecutor, OperatorExecutor
+
+    return next((ex for ex in executors if (isinstance(ex, OperatorExecutor) and ex.can_execute(bsym))
+                 or (isinstance(ex, FusionExecutor) and ex.can_fuse(bsym))), None)
+
+
 def transform_for_operator_executor_execution(trace: Any, executors: list) -> Any:
     """thunder's claiming pass (executors in order, descending into unclaimed composites)."""
     from thunder.executors.passes import _transform_for_operator_executor_execution

@@ -75,8 +75,10 @@ from thunder.core.proxies import CollectionProxy, Proxy, TensorProxy, variableif
 from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
-from thunder.extend import Executor, FusionExecutor, OperatorExecutor
+from thunder.extend import Executor, OperatorExecutor
 from thunder.torch.experimental.dtensor_torch_and_prims import dispatch_to_impl
+
+from thunderplug.thunder_compat import claiming_executor
 
 _gc_lock = threading.Lock()
 _gc_state: dict[str, Any] = {"depth": 0, "threshold": None}
@@ -176,8 +178,7 @@ def _claimed(
         if bsym.sym.python_impl is not None or bsym.sym.id == PrimIDs.GET_GRAD:
             result.append(bsym)
             continue
-        taker = next((ex for ex in executors if (isinstance(ex, OperatorExecutor) and ex.can_execute(bsym))
-                      or (isinstance(ex, FusionExecutor) and ex.can_fuse(bsym))), None)
+        taker = claiming_executor(bsym, executors)
         if taker is None and bsym.sym.executor is None and not bsym.sym.is_prim:
             result += _claimed(bsym.subsymbols, executors, trace, backward or BoundSymbolTag.BACKWARD in bsym.tags)
         elif isinstance(taker, OperatorExecutor) and (transform := taker.get_execution_transform(bsym)) is not None:
@@ -260,19 +261,19 @@ def _takes_anything(meta: Callable[..., Any]) -> bool:
 
 
 def remove_noop_subsymbols(
-    original: Callable[[BoundSymbol], None], active: Callable[[], bool], runs_whole: Callable[[Symbol], bool]
+    original: Callable[[BoundSymbol], None], active: Callable[[], bool], runs_itself: Callable[[Symbol], bool]
 ) -> Callable:
     """thunder's ``transform_common._remove_noop_subsymbols`` (called by ``dce`` on every kept bound
     symbol), with the parent's ``DONT_DCE`` question asked once instead of once per subsymbol. A
-    composite without subsymbols is a no-op to thunder, except where ``runs_whole`` says an operator
-    runs the symbol itself (an ATen op copied without its decomposition)."""
+    composite without subsymbols is a no-op to thunder, except a symbol for which ``runs_itself``
+    holds: an operator runs it (an ATen op copied without its decomposition)."""
 
     def replacement(bsym: BoundSymbol) -> None:
         if not active():
             return original(bsym)
         tagged: dict[int, bool] = {}
         _tag(bsym, tagged)
-        _prune(bsym, tagged, runs_whole)
+        _prune(bsym, tagged, runs_itself)
         return None
 
     return replacement
@@ -288,15 +289,15 @@ def _tag(bsym: BoundSymbol, tagged: dict[int, bool]) -> bool:
     return found
 
 
-def _prune(bsym: BoundSymbol, tagged: dict[int, bool], runs_whole: Callable[[Symbol], bool]) -> None:
+def _prune(bsym: BoundSymbol, tagged: dict[int, bool], runs_itself: Callable[[Symbol], bool]) -> None:
     keeps_constant_outputs = tagged[id(bsym)]
     kept = []
     for sub in bsym.subsymbols:
-        if not sub.subsymbols and not sub.sym.is_prim and not runs_whole(sub.sym):
+        if not sub.subsymbols and not sub.sym.is_prim and not runs_itself(sub.sym):
             continue  # a composite that decomposed into nothing
         if not keeps_constant_outputs and not _has_proxy_output(sub):
             continue  # only constant outputs
-        _prune(sub, tagged, runs_whole)
+        _prune(sub, tagged, runs_itself)
         kept.append(sub)
     if len(kept) != len(bsym.subsymbols) or not isinstance(bsym.subsymbols, list):
         bsym.subsymbols = kept  # else the list stays, shared with the copies of ``bsym`` that share it
