@@ -60,3 +60,47 @@ class ScaledTensor(torch.Tensor):
 
 class NotTraceable(torch.Tensor):
     """A subclass without __tensor_flatten__: thunderplug must refuse it, not erase it."""
+
+
+def ambient_code() -> float:
+    """A number telling apart the torch states a traced graph must be keyed by (for StateTensor)."""
+    return (
+        1.0 * torch.are_deterministic_algorithms_enabled()
+        + 2.0 * torch.is_grad_enabled()
+        + 4.0 * torch.backends.cudnn.benchmark
+        + 8.0 * (not torch.backends.mkldnn.enabled)
+    )
+
+
+class StateTensor(torch.Tensor):
+    """One inner tensor; ``mul`` also adds :func:`ambient_code` and a ``torch.ones`` of the default
+    dtype, so its result depends on deterministic mode, grad mode, backend flags and the default
+    dtype, as a dispatch (or a decomposition torch picks) may. Every other op passes through."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.shape, strides=inner.stride(), dtype=inner.dtype, device=inner.device,
+            requires_grad=inner.requires_grad,
+        )
+
+    def __init__(self, inner: torch.Tensor):
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"StateTensor({self.inner})"
+
+    def __tensor_flatten__(self):
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return StateTensor(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        plain = tree_map(lambda a: a.inner if isinstance(a, StateTensor) else a, (args, kwargs or {}))
+        out = func(*plain[0], **plain[1])
+        if func is aten.mul.Tensor:
+            out = out + torch.ones(out.shape, device=out.device) + ambient_code()
+        return tree_map(lambda o: StateTensor(o) if isinstance(o, torch.Tensor) else o, out)

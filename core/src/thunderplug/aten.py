@@ -43,6 +43,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from thunderplug.compilation import current_record
 from thunderplug.fake import fake_mode, hashable_or_none, to_fake, to_torch_value, value_key
 from thunderplug.specs import AtenOp
+from thunderplug.trace_state import factory_key, without_autocast
 
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
@@ -116,8 +117,9 @@ def recorded_symbol(overload: OpOverload) -> Symbol:
 
 
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
-    """The decomposition, checked against torch's fake kernel once per argument metadata (the
-    same op is traced many times per compilation: interpretation, autodiff, re-tracing)."""
+    """The decomposition, checked against torch's fake kernel once per argument metadata and
+    ``trace_state.factory_key`` (the same op is traced many times per compilation: interpretation,
+    autodiff, re-tracing)."""
     checked: set = set()
     lock = threading.Lock()
 
@@ -125,7 +127,7 @@ def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
         if not op.differentiable:
             _remember_location(op.qualified_name, args, kwargs)
         result = op.decomposition(*args, **kwargs)
-        key = metadata_key(args, kwargs)
+        key = metadata_key(args, kwargs, factory_key())
         with lock:
             known = key is not None and key in checked
         if not known:
@@ -139,26 +141,27 @@ def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     return meta
 
 
-def metadata_key(args: tuple, kwargs: dict) -> Any:
+def metadata_key(args: tuple, kwargs: dict, state: tuple = ()) -> Any:
     """A hashable key of what an ATen call's outputs depend on (``fake.value_key`` of each
-    argument), or ``None`` when some value is unhashable."""
+    argument, and the torch ``state`` given), or ``None`` when some value is unhashable."""
     flat, spec = tree_flatten((args, kwargs))
-    return hashable_or_none(lambda: (repr(spec), tuple(value_key(x) for x in flat)))
+    return hashable_or_none(lambda: (repr(spec), tuple(value_key(x) for x in flat), state))
 
 
 def kernel_meta(overload: OpOverload) -> Callable[..., Any]:
     """Output proxies of ``overload`` from its own fake kernel, cached per argument metadata: the
     meta of an executor operator that runs the overload as itself, so claiming an ATen op does not
-    trace its decomposition again. Floating outputs require grad when an input does."""
+    trace its decomposition again (also per ``trace_state.factory_key``; autocast off, as thunder
+    runs it). Floating outputs require grad when an input does."""
     cache: dict[Any, Any] = {}
     lock = threading.Lock()
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        key = metadata_key(args, kwargs)
+        key = metadata_key(args, kwargs, factory_key())
         with lock:
             described = cache.get(key) if key is not None else None
         if described is None:
-            with fake_mode():
+            with fake_mode(), without_autocast():
                 result = overload(*to_fake(args), **to_fake(kwargs))
             grad = any(isinstance(x, TensorProxy) and x.requires_grad for x in tree_flatten((args, kwargs))[0])
             described = torch_pytree.tree_map(lambda value: _described(value, grad), result)
@@ -199,7 +202,7 @@ def _from_description(value: Any) -> Any:
 
 
 def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any) -> None:
-    with fake_mode():
+    with fake_mode(), without_autocast():
         expected = op.overload(*to_fake(args), **to_fake(kwargs))
     got_leaves = [x for x in tree_flatten(result)[0] if isinstance(x, TensorProxy)]
     want_leaves = [x for x in tree_flatten(expected)[0] if isinstance(x, torch.Tensor)]
@@ -380,7 +383,7 @@ def _fallback_meta(overload: OpOverload, name: str) -> Callable[..., Any]:
             if isinstance(fake, torch.Tensor) and (fake.dtype.is_floating_point or fake.dtype.is_complex):
                 fake.requires_grad_(True)  # as the VJP does: torch says which outputs carry a gradient
         try:
-            with fake_mode(), torch.enable_grad():
+            with fake_mode(), torch.enable_grad(), without_autocast():
                 result = overload(*fakes_args, **fakes_kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as error:
             raise _data_dependent(name) from error
@@ -463,7 +466,7 @@ def _derivative_problem(overload: OpOverload, args: tuple, kwargs: dict) -> str 
         t for t in tree_flatten((fake_args, fake_kwargs))[0] if isinstance(t, torch.Tensor) and t.is_floating_point()
     ]
     try:
-        with fake_mode(), torch.enable_grad():
+        with fake_mode(), torch.enable_grad(), without_autocast():
             for t in inputs:
                 t.requires_grad_(True)
             outputs = [

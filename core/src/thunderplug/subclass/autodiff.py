@@ -33,6 +33,7 @@ from thunderplug.fake import fake_mode
 from thunderplug.subclass.residuals import save_backward_inputs
 from thunderplug.subclass.unroll import SubclassDispatchError, call_key
 from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy
+from thunderplug.trace_state import without_autocast
 
 
 def grad_rule(display: str, forward: Symbol, backward: Symbol) -> Callable[..., Any]:
@@ -95,7 +96,10 @@ def vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
 
     ``wanted`` (one flag per tensor argument) leaves out the arguments that need no gradient, as
     eager autograd does: a frozen quantized weight must not be differentiated (torchao's int4
-    kernels have no derivative; NF4's ``linear_nf4`` takes another path for a weight requiring grad)."""
+    kernels have no derivative; NF4's ``linear_nf4`` takes another path for a weight requiring grad).
+
+    The forward runs under the autocast it is traced in (the op's), the backward with autocast off,
+    as eager's backward outside the ``torch.autocast`` block and thunder's computation traces run."""
 
     def vjp(args: tuple, kwargs: dict, cotangents: list, wanted: tuple[bool, ...] | None = None) -> list:
         flat, _ = torch_pytree.tree_flatten((args, kwargs))
@@ -107,11 +111,13 @@ def vjp_of(torch_fn: Callable[..., Any]) -> Callable[..., Any]:
         ]
         if not inputs:
             return [None] * len(tensors)
-        for t in inputs:
-            t.requires_grad_(True)
-        result = torch_fn(*args, **kwargs)
-        outputs = [o for o in torch_pytree.tree_leaves(result) if isinstance(o, torch.Tensor) and o.requires_grad]
-        grads = torch.autograd.grad(outputs, inputs, cotangents[: len(outputs)], allow_unused=True)
+        with torch.enable_grad():
+            for t in inputs:
+                t.requires_grad_(True)
+            result = torch_fn(*args, **kwargs)
+            outputs = [o for o in torch_pytree.tree_leaves(result) if isinstance(o, torch.Tensor) and o.requires_grad]
+            with without_autocast():
+                grads = torch.autograd.grad(outputs, inputs, cotangents[: len(outputs)], allow_unused=True)
         by_input = {id(t): g for t, g in zip(inputs, grads)}
         return [by_input.get(id(t)) for t in tensors]
 

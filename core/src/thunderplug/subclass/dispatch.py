@@ -2,7 +2,8 @@
 
 Every torch-level call (``torch.mul(x, 2)``, ``x * 2``, ``x.mul(2)``, ``torch.ops.aten.mul.Tensor``,
 and the ops grad rules emit) reaches ``Symbol.__call__``; with a subclass proxy among its
-arguments it becomes the subclass op symbol of the torch function it stands for.
+arguments it becomes the subclass op symbol of the torch function it stands for, under the
+autocast in effect where it is called (as eager's autocast casts before the subclass dispatches).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from thunderplug.subclass.symbols import unrolled_op_symbol
 from thunderplug.subclass.unroll import SubclassDispatchError, traced
 from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op
 from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.trace_state import AutocastState, autocast_state
 
 # Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.
 _BOOKKEEPING_PRIM_PREFIXES = (
@@ -55,15 +57,17 @@ def dispatch(symbol: Symbol, table: AtenTable, args: tuple, kwargs: dict) -> Sym
     """The subclass op symbol a call of ``symbol`` on subclass proxies becomes, or ``None`` to
     let ``symbol`` run as itself (a composite whose parts will be dispatched one by one)."""
     cls = next(subclass_proxies(args, kwargs)).subclass_type
+    autocast = autocast_state()
     overload = table.overloads_by_id.get(symbol.id)
     if overload is not None:
-        return unrolled_op_symbol(f"{cls.__name__}.{symbol.id}", overload)
+        return unrolled_op_symbol(f"{cls.__name__}.{symbol.id}", overload, autocast=autocast)
     candidates = _torch_candidates(symbol, cls.__name__, args)
     if candidates:
-        return _first_that_binds(candidates, args, kwargs)
+        return _first_that_binds(candidates, args, kwargs, autocast)
     torch_fn = _torch_function_for_prim(symbol) if symbol.is_prim else None
     if torch_fn is not None:  # e.g. prims.add from accumulating two gradients
-        return unrolled_op_symbol(f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}", torch_fn)
+        display = f"{cls.__name__}.{torch_fn.__module__}.{torch_fn.__name__}"
+        return unrolled_op_symbol(display, torch_fn, autocast=autocast)
     if symbol.is_prim:
         raise SubclassDispatchError(
             f"prims.{symbol.name} was applied to a {cls.__name__} value{user_location()}; thunderplug only "
@@ -94,18 +98,20 @@ def _torch_candidates(symbol: Symbol, class_name: str, args: tuple) -> list[tupl
     return candidates
 
 
-def _first_that_binds(candidates: list[tuple[str, Callable[..., Any]]], args: tuple, kwargs: dict) -> Symbol:
+def _first_that_binds(
+    candidates: list[tuple[str, Callable[..., Any]]], args: tuple, kwargs: dict, autocast: AutocastState
+) -> Symbol:
     """The first candidate that accepts these arguments on fakes (traced once per metadata)."""
     for index, (display, torch_fn) in enumerate(candidates):
         if index == len(candidates) - 1:
-            return unrolled_op_symbol(display, torch_fn)
+            return unrolled_op_symbol(display, torch_fn, autocast=autocast)
         try:
-            traced(display, torch_fn, args, kwargs)
+            traced(display, torch_fn, args, kwargs, autocast)
         except SubclassDispatchError as error:
             if isinstance(error.__cause__, TypeError):  # this callable does not take such a call
                 continue
             raise
-        return unrolled_op_symbol(display, torch_fn)
+        return unrolled_op_symbol(display, torch_fn, autocast=autocast)
     raise AssertionError("no candidates")
 
 
@@ -173,4 +179,4 @@ def _is_method(torch_fn: Any) -> bool:
 
 def construct(cls: type, args: tuple, kwargs: dict) -> Any:
     """Build a subclass inside a jitted function: ``<Class>.construct`` with the unrolled constructor."""
-    return unrolled_op_symbol(f"{cls.__name__}.construct", cls)(*args, **kwargs)
+    return unrolled_op_symbol(f"{cls.__name__}.construct", cls, autocast=autocast_state())(*args, **kwargs)

@@ -37,6 +37,7 @@ from thunderplug.subclass.values import (
     check_subclass,
     subclass_unflatten,
 )
+from thunderplug.trace_state import AutocastState, autocast_state
 
 
 class UntraceableSubclassError(TypeError):
@@ -213,9 +214,10 @@ def function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
         display = f"{cls.__name__}.apply"
         values = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
         claimed, replacement = _claimed_whole(cls)
-        if not (claimed or _involves_subclasses(display, cls.apply, *values)):
+        autocast = autocast_state()
+        if not (claimed or _involves_subclasses(display, cls.apply, *values, autocast)):
             return original(wrapped_cls, *args, **kwargs)
-        symbol = unrolled_op_symbol(display, replacement or cls.apply)
+        symbol = unrolled_op_symbol(display, replacement or cls.apply, autocast=autocast)
         return interpreter_needs_wrap(lambda *a, **k: symbol(*a, **k))(*args, **kwargs)
 
     return replacement
@@ -233,13 +235,15 @@ def _claimed_whole(cls: type) -> tuple[bool, Callable[..., Any] | None]:
     return False, None
 
 
-def _involves_subclasses(display: str, fn: Callable[..., Any], args: list, kwargs: dict) -> bool:
+def _involves_subclasses(
+    display: str, fn: Callable[..., Any], args: list, kwargs: dict, autocast: AutocastState
+) -> bool:
     if has_subclass_proxy(tuple(args), kwargs):
         return True
     if not any(isinstance(v, TensorProxy) for v in (*args, *kwargs.values())):
         return False
     try:
-        plans = traced(display, fn, tuple(args), kwargs).plans
+        plans = traced(display, fn, tuple(args), kwargs, autocast).plans
     except SubclassDispatchError:
         return False
     return any(isinstance(plan, SubclassOutput) for plan in plans)

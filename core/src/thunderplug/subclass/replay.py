@@ -38,6 +38,7 @@ from thunderplug.aten import is_registered_symbol, note_call, records_calls
 from thunderplug.compilation import only_views
 from thunderplug.fake import hashable_or_none, value_key
 from thunderplug.thunder_compat import bound_symbol_context, claiming_executor
+from thunderplug.trace_state import ambient_key
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,10 @@ _lock = threading.Lock()
 
 
 def replay_key(leaves: list[TensorProxy]) -> Any:
-    """What a replay's bound symbols depend on besides the graph: the inputs' metadata and whether
-    grad mode is on (thunder tags outputs of symbols called under ``no_grad``), or ``None``."""
-    compile_data = get_compile_data()
-    grad = compile_data.is_grad_enabled if compile_data is not None else True
-    autocast = compile_data is not None and not compile_data.autocast_stack.is_empty()
-    if autocast:  # autocast rules rewrite symbol calls: replay through the symbols
-        return None
-    return hashable_or_none(lambda: (grad, tuple(value_key(leaf) for leaf in leaves)))
+    """What a replay's bound symbols depend on besides the graph: the inputs' metadata and the torch
+    state (``trace_state.ambient_key``: grad mode, as thunder tags outputs of symbols called under
+    ``no_grad``; the default dtype of factory ops; ...), or ``None``. Replays run with autocast off."""
+    return hashable_or_none(lambda: (ambient_key(), tuple(value_key(leaf) for leaf in leaves)))
 
 
 def recorded(graph: torch.fx.GraphModule, key: Any) -> Recording | None:

@@ -3,7 +3,10 @@ subclasses under ``make_fx``, then replay the graph with thunderplug's ATen symb
 
 Output metadata comes from that fake run, never from guessing. The graph of one op depends only
 on its arguments' metadata (shapes, dtypes, devices, requires_grad, subclass layouts, constants),
-so it is traced once per metadata key and process, and replayed for every call.
+so it is traced once per metadata key and process, and replayed for every call. The key holds
+the torch state the trace depends on too (``trace_state``: the op's autocast, grad mode, default
+dtype, deterministic mode, backend flags); the graph is traced under that autocast and grad mode,
+and replayed with autocast off (its casts are in it).
 
 thunder proxies carry no strides, so the core notes the memory layout of the tensors it knows
 (subclass inputs' inner tensors, the outputs of unrolled graphs: ``MXTensor.t()`` transposes its
@@ -30,6 +33,7 @@ import torch.utils._pytree as torch_pytree
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import get_tracectx
+from thunder.transforms.autocast import disable_autocast as thunder_without_autocast
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunderplug.aten import AtenTable, user_location
@@ -48,6 +52,8 @@ from thunderplug.fake import (
 from thunderplug.subclass import replay
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
+from thunderplug.trace_state import NO_AUTOCAST, AutocastState, ambient_key, applied_autocast, grad_enabled
+from thunderplug.trace_state import without_autocast as torch_without_autocast
 
 
 class SubclassDispatchError(RuntimeError):
@@ -85,9 +91,12 @@ def call_key(display: str, tensors: list[TensorProxy]) -> tuple[str, tuple[str, 
     return (display, tuple(t.name for t in tensors))
 
 
-def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Trace ``torch_fn(*args, **kwargs)`` on fakes (or reuse the graph traced for the same
-    metadata) and record its ATen ops in the current trace; return the outputs as proxies."""
+def unroll(
+    display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict, autocast: AutocastState = NO_AUTOCAST
+) -> Any:
+    """Trace ``torch_fn(*args, **kwargs)`` under ``autocast`` on fakes (or reuse the graph traced
+    for the same metadata and state) and record its ATen ops in the current trace; return the
+    outputs as proxies."""
     table = _current_table(display)
     flat, spec = tree_flatten((args, kwargs))
     tensors = [x for x in flat if isinstance(x, TensorProxy)]
@@ -96,7 +105,7 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     if record is not None and location:  # interpreting the user's program
         record.source_locations[call_key(display, tensors)] = location
         record.note_alive(get_tracectx())
-    unrolled = _unrolled(display, torch_fn, table, (args, kwargs), flat, spec)
+    unrolled = _unrolled(display, torch_fn, table, (args, kwargs), flat, spec, autocast)
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     if unrolled.stride_sensitive:
         leaves = [_in_layout(leaf, order) for leaf, order in zip(leaves, unrolled.in_orders)]
@@ -109,10 +118,12 @@ def unroll(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict
     return torch_pytree.tree_unflatten(outputs, unrolled.out_spec)
 
 
-def traced(display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict) -> UnrolledOp:
+def traced(
+    display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict, autocast: AutocastState = NO_AUTOCAST
+) -> UnrolledOp:
     """The graph and output plans of ``torch_fn`` on these arguments, recording nothing."""
     flat, spec = tree_flatten((args, kwargs))
-    return _unrolled(display, torch_fn, _current_table(display), (args, kwargs), flat, spec)
+    return _unrolled(display, torch_fn, _current_table(display), (args, kwargs), flat, spec, autocast)
 
 
 def _current_table(display: str) -> AtenTable:
@@ -128,20 +139,28 @@ def _current_table(display: str) -> AtenTable:
 
 
 def _unrolled(
-    display: str, torch_fn: Callable[..., Any], table: AtenTable, call: tuple[tuple, dict], flat: list, spec: Any
+    display: str,
+    torch_fn: Callable[..., Any],
+    table: AtenTable,
+    call: tuple[tuple, dict],
+    flat: list,
+    spec: Any,
+    autocast: AutocastState,
 ) -> UnrolledOp:
-    key = _metadata_key(display, torch_fn, call, flat)
+    key = _metadata_key(display, torch_fn, call, flat, autocast)
     with _lock:
         cache = _graphs.setdefault(table, {})
         if key is not None and key in cache:
             return cache[key]
-        unrolled = _trace(display, torch_fn, table, flat, spec)
+        unrolled = _trace(display, torch_fn, table, flat, spec, autocast)
         if key is not None:
             cache[key] = unrolled
         return unrolled
 
 
-def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any) -> UnrolledOp:
+def _trace(
+    display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any, autocast: AutocastState
+) -> UnrolledOp:
     leaves = [leaf for x in flat if isinstance(x, TensorProxy) for leaf in _proxy_leaves(x)]
     found: dict[str, Any] = {}
 
@@ -157,7 +176,7 @@ def _trace(display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: l
         return out_leaves
 
     try:
-        with fake_mode():
+        with fake_mode(), applied_autocast(autocast), torch.set_grad_enabled(grad_enabled()):
             graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_like(leaf) for leaf in leaves])
     except Exception as error:
         raise SubclassDispatchError(
@@ -193,8 +212,11 @@ def _rebuild_fake(proxy: TensorProxy, fake_leaves: Iterator[torch.Tensor]) -> to
 # -- the cache key: everything the traced graph depends on -------------------------------------
 
 
-def _metadata_key(display: str, torch_fn: Callable[..., Any], call: tuple[tuple, dict], flat: list) -> Any:
-    """A hashable key of the call's metadata, or ``None`` when some constant cannot be hashed.
+def _metadata_key(
+    display: str, torch_fn: Callable[..., Any], call: tuple[tuple, dict], flat: list, autocast: AutocastState
+) -> Any:
+    """A hashable key of the call's metadata and the torch state it is traced in, or ``None`` when
+    some constant cannot be hashed.
 
     Built from the arguments themselves, not from their pytree flattening: thunder's pytree
     flattens a dataclass only once some pass has registered its type (``tree_flatten_with_dataclass``),
@@ -202,7 +224,7 @@ def _metadata_key(display: str, torch_fn: Callable[..., Any], call: tuple[tuple,
     interprets the function and another way when autodiff re-emits it, and would be traced twice.
     The tensors of the flattening (the graph's inputs, in order) are part of the key too."""
     tensors = tuple(_value_key(x) for x in flat if isinstance(x, TensorProxy))
-    return hashable_or_none(lambda: (display, torch_fn, _call_key(call), tensors))
+    return hashable_or_none(lambda: (display, torch_fn, _call_key(call), tensors, autocast, ambient_key()))
 
 
 def _call_key(value: Any) -> Any:
@@ -257,7 +279,15 @@ def _plain_containers(value: Any) -> Any:
 def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str) -> list[Any]:
     """Record the graph's ATen calls on ``leaves`` in the current trace scope; return its outputs.
     A graph replayed before on inputs of the same metadata has its bound symbols copied
-    (``replay``), not its ATen symbols called again."""
+    (``replay``), not its ATen symbols called again. Autocast is off (torch's and thunder's
+    rules): the graph's casts are in it, and thunder runs its ATen ops under ``no_autocast``."""
+    with torch_without_autocast(), thunder_without_autocast():
+        return _replay_below_autocast(graph, leaves, table, display)
+
+
+def _replay_below_autocast(
+    graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenTable, display: str
+) -> list[Any]:
     trace = get_tracectx()
     scope = trace.peek_scope() if trace is not None else None
     key = replay.replay_key(leaves)

@@ -3,6 +3,7 @@ a wrong gradient into what eager PyTorch does."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -86,5 +87,62 @@ def index_put_backward(original: Callable[..., Any], active: Callable[[], bool])
             return grads
         grad_a, grad_values = grads
         return grad_a, None, grad_values
+
+    return replacement
+
+
+def autocast_state_per_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
+    when ``thunder.jit`` is called), restoring the function's autocast stack after each call.
+
+    ``populate_cache_info`` pushes the caller's autocast onto the compile data's stack on every
+    call made under ``torch.autocast`` and never pops it: after one such call, every later
+    compilation of the function applies autocast (a plain call after an autocast one returns
+    bfloat16 where eager returns float32), and the stack grows by one entry per call."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wrapped = original(fn)
+        code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+        if code is None or closure is None or "weakref_cd" not in code.co_freevars:
+            return wrapped
+        compile_data_ref = closure[code.co_freevars.index("weakref_cd")].cell_contents
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            compile_data = compile_data_ref()
+            stack = getattr(getattr(compile_data, "autocast_stack", None), "stack", None)
+            depth = len(stack) if stack is not None else 0
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                while stack is not None and len(stack) > depth:
+                    stack.pop()
+
+        return call
+
+    return decorate
+
+
+def interpret_letting_interrupts_through(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's interpreter turns anything escaping its own machinery into an ``InterpreterError``
+    (``Encountered exception KeyboardInterrupt: ... while tracing``), ``BaseException`` included:
+    Ctrl-C while a function compiles, or ``sys.exit()`` inside it, then escapes ``except
+    KeyboardInterrupt`` / ``except SystemExit``. Exceptions that are not ``Exception`` leave as
+    themselves; every other error is wrapped as before."""
+    from thunder.core.interpreter import InterpreterError
+
+    def replacement(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        interpreted = original(fn, *args, **kwargs)
+
+        @functools.wraps(interpreted)
+        def call(*call_args: Any, **call_kwargs: Any) -> Any:
+            try:
+                return interpreted(*call_args, **call_kwargs)
+            except InterpreterError as error:
+                cause = error.__cause__
+                if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+                    raise cause from None
+                raise
+
+        return call
 
     return replacement

@@ -18,7 +18,7 @@ from typing import Any
 
 import thunder
 import torch
-from thunder.core import interpreter, transform_common, update_aliases
+from thunder.core import interpreter, jit_ext, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -160,6 +160,19 @@ PATCHES: tuple[Patch, ...] = (
         "collections run; the threshold is restored afterwards. When it compiled, the traces kept in "
         "`thunder.last_traces` drop the decompositions (prims) of the ATen ops inside subclass ops, which nothing "
         "runs or prints (a 2-layer float8 GPT's kept traces: 4.9 MiB of 18).",
+    ),
+    Patch(
+        "interrupts leave tracing as themselves", jit_ext, "interpret", fixes.interpret_letting_interrupts_through,
+        "always",
+        "thunder bug: the interpreter wraps a `KeyboardInterrupt` or `SystemExit` raised while a function is traced "
+        "(Ctrl-C during a compilation, `sys.exit()` in it) in an `InterpreterError`, which `except KeyboardInterrupt` "
+        "does not catch: exceptions that are not `Exception`s are re-raised as themselves.",
+    ),
+    Patch(
+        "autocast state per call", thunder, "_with_cache_info_ctx", fixes.autocast_state_per_call, "always",
+        "thunder bug: each call under `torch.autocast` pushes the caller's autocast onto the jitted function's "
+        "autocast stack and never pops it, so every later compilation of the function applies autocast (a plain "
+        "call after an autocast one returns bfloat16) and the stack grows per call: it is restored after each call.",
     ),
     Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
