@@ -4,6 +4,7 @@ Every torch-level call (``torch.mul(x, 2)``, ``x * 2``, ``x.mul(2)``, ``torch.op
 and the ops grad rules emit) reaches ``Symbol.__call__``; with a subclass proxy among its
 arguments it becomes the subclass op symbol of the torch function it stands for, under the
 autocast in effect where it is called (as eager's autocast casts before the subclass dispatches).
+In-place ops are decomposed by ``inplace``.
 """
 
 from __future__ import annotations

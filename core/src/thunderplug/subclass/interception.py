@@ -17,7 +17,7 @@ from thunder.core.interpreter import ProvenanceRecord, PseudoInst, interpreter_n
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import TensorProxy, tensorproxy
 from thunder.core.symbol import Symbol
-from thunder.core.trace import get_tracectx
+from thunder.core.trace import get_tracectx, tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.aten import user_location
@@ -26,6 +26,7 @@ from thunderplug.recompiles import note_subclass_input
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
 from thunderplug.subclass.executor import active_core_executor
+from thunderplug.subclass.inplace import bind_aliasing_prim, decompose_in_place, is_in_place
 from thunderplug.subclass.plan import SubclassOutput
 from thunderplug.subclass.symbols import unrolled_op_symbol
 from thunderplug.subclass.unroll import SubclassDispatchError, traced
@@ -151,6 +152,10 @@ def symbol_call(original: Callable[..., Any]) -> Callable[..., Any]:
     def replacement(self: Symbol, *args: Any, **kwargs: Any) -> Any:
         if has_subclass_proxy(args, kwargs) and not passes_through(self):
             core = active_core_executor()
+            if core is not None and is_in_place(self, args, kwargs):
+                return decompose_in_place(self, args, kwargs)
+            if core is not None and (bound := bind_aliasing_prim(self, args, kwargs)) is not NotImplemented:
+                return bound
             if core is not None:
                 subclass_op = dispatch(self, core.aten, args, kwargs)
                 if subclass_op is not None:
@@ -278,5 +283,23 @@ def is_compiling(original: Callable[..., Any]) -> Callable[..., Any]:
         if active_core_executor() is None:
             return original(*args, **kwargs)
         return eager_answer(*args, **kwargs)
+
+    return replacement
+
+
+# -- in-place ops --------------------------------------------------------------------------------
+
+
+def new_alias(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's alias updates give every alias of a value an in-place op touched a fresh proxy,
+    always a plain ``TensorProxy``: an alias of a subclass value gets a subclass proxy, so that
+    later ops on it stay subclass ops."""
+
+    def replacement(alias: Any, trace: Any) -> Any:
+        proxy = alias.proxy
+        if not isinstance(proxy, SubclassTensorProxy) or active_core_executor() is None:
+            return original(alias, trace)
+        with tracectx(trace):
+            return SubclassTensorProxy(like=proxy, requires_grad=proxy.requires_grad)
 
     return replacement

@@ -20,8 +20,9 @@ from thunder.core.symbol import Symbol, default_python_printer
 from thunder.core.transforms import register_grad
 
 from thunderplug.subclass.autodiff import forward_only, grad_rule, vjp_of
-from thunderplug.subclass.unroll import unroll
+from thunderplug.subclass.unroll import traced, unroll
 from thunderplug.subclass.values import subclass_flatten, subclass_op_id, subclass_unflatten
+from thunderplug.thunder_compat import syms_that_may_return_views
 from thunderplug.trace_state import NO_AUTOCAST, AutocastState
 
 _symbols: dict[tuple[str, Any, AutocastState], Symbol] = {}
@@ -63,19 +64,24 @@ def _autocast_suffix(autocast: AutocastState) -> str:
 
 def _new_symbol(display: str, torch_fn: Callable[..., Any], autocast: AutocastState) -> Symbol:
     def meta(*args: Any, **kwargs: Any) -> Any:
-        return unroll(display, torch_fn, args, kwargs, autocast)
+        result = unroll(display, torch_fn, args, kwargs, autocast)
+        if symbol not in may_return_views and traced(display, torch_fn, args, kwargs, autocast).views_first_input:
+            may_return_views.add(symbol)  # thunder then updates the viewed value after in-place ops on the view
+        return result
 
     def printer(bsym, out_printables, arg_printables, kwarg_printables):
         line = default_python_printer(bsym, out_printables, arg_printables, kwarg_printables)
         return line.replace(f"{bsym.name_with_module()}(", f"{display}(", 1)
 
-    return Symbol(
+    may_return_views = syms_that_may_return_views()
+    symbol = Symbol(
         name="".join(c if c.isalnum() else "_" for c in display),
         meta=meta,
         id=subclass_op_id(display),
         python_printer=printer,
         _module=__import__(__name__, fromlist=["_"]),
     )
+    return symbol
 
 
 for _op in (subclass_unflatten, subclass_flatten):

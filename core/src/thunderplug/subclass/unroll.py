@@ -35,6 +35,7 @@ from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import get_tracectx
 from thunder.transforms.autocast import disable_autocast as thunder_without_autocast
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from thunderplug.aten import AtenTable, user_location
 from thunderplug.compilation import current_record
@@ -71,6 +72,9 @@ class UnrolledOp:
     stride_sensitive: bool
     in_orders: tuple[tuple[int, ...] | None, ...]
     out_orders: tuple[tuple[int, ...] | None, ...]
+    #: whether an output shares memory with the first tensor argument (``x[0]``, ``x.t()``): thunder's
+    #: alias updates must then see an in-place op on the output as one on that argument
+    views_first_input: bool = False
 
 
 #: ATen ops whose result or validity depends on their inputs' strides.
@@ -162,6 +166,8 @@ def _trace(
     display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any, autocast: AutocastState
 ) -> UnrolledOp:
     leaves = [leaf for x in flat if isinstance(x, TensorProxy) for leaf in _proxy_leaves(x)]
+    first = next((x for x in flat if isinstance(x, TensorProxy)), None)
+    first_count = len(_proxy_leaves(first)) if first is not None else 0
     found: dict[str, Any] = {}
 
     def on_fakes(*fake_leaves: torch.Tensor) -> list[torch.Tensor]:
@@ -173,6 +179,8 @@ def _trace(
         found["plans"] = tuple(plan_of(o) for o in out_flat)
         out_leaves = [leaf for o in out_flat if isinstance(o, torch.Tensor) for leaf in tensor_leaves(o)]
         found["out_orders"] = tuple(tensor_memory_order(t) for t in out_leaves)
+        first_storages = {StorageWeakRef(t.untyped_storage()) for t in fake_leaves[:first_count]}
+        found["views"] = any(StorageWeakRef(t.untyped_storage()) in first_storages for t in out_leaves)
         return out_leaves
 
     try:
@@ -184,7 +192,9 @@ def _trace(
         ) from error
     sensitive = any(node.op == "call_function" and node.target in _STRIDE_SENSITIVE for node in graph.graph.nodes)
     in_orders = tuple(memory_order_of(leaf) for leaf in leaves)
-    return UnrolledOp(graph, found["out_spec"], found["plans"], sensitive, in_orders, found["out_orders"])
+    return UnrolledOp(
+        graph, found["out_spec"], found["plans"], sensitive, in_orders, found["out_orders"], found["views"]
+    )
 
 
 def _in_layout(leaf: TensorProxy, order: tuple[int, ...] | None) -> TensorProxy:

@@ -21,6 +21,27 @@ def torch_to_thunder_function_map() -> dict[Any, Any]:
     return _torch_to_thunder_function_map
 
 
+def inplace_to_out_of_place() -> dict[Any, tuple[Any, int]]:
+    """thunder.torch's map from in-place symbols (``add_``) to their out-of-place ones (``add``)."""
+    from thunder.torch import _inplace_to_out_of_place
+
+    return _inplace_to_out_of_place
+
+
+def syms_that_may_return_views() -> set[Any]:
+    """The symbols thunder's alias updates treat as possibly returning a view of their first input."""
+    from thunder.torch import _syms_that_may_return_views
+
+    return _syms_that_may_return_views
+
+
+def syms_returning_views() -> set[Any]:
+    """The symbols thunder's alias updates treat as returning a view of their first input."""
+    from thunder.torch import _syms_returning_views
+
+    return _syms_returning_views
+
+
 def general_jit_lookaside_map() -> dict[Any, Callable[..., Any]]:
     """The interpreter's lookaside table (torch functions -> symbols, isinstance, Function.apply, ...)."""
     return jit_ext._general_jit_lookaside_map

@@ -81,6 +81,11 @@ PATCHES: tuple[Patch, ...] = (
         "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules.",
     ),
     Patch(
+        "subclass aliases", update_aliases, "_get_new_alias", interception.new_alias, "discover() compilations",
+        "thunder's alias updates after an in-place op give each alias a fresh plain `TensorProxy`; an alias of a "
+        "subclass value gets a subclass proxy, so that later ops on it stay subclass ops.",
+    ),
+    Patch(
         "isinstance lookaside", _LOOKASIDES, isinstance, interception.isinstance_lookaside, "discover() compilations",
         "`isinstance` answers with the real subclass for subclass proxies.",
     ),
