@@ -147,3 +147,12 @@ def test_a_gradient_through_an_in_place_update_of_a_view_is_refused(subclass):
     jitted = thunder.jit(views_of_an_intermediate_in_place, executors=thunderplug.discover())
     with pytest.raises(NotImplementedError, match="on a view of a subclass value"):
         jitted(copy_of(x), w)
+
+
+def test_an_in_place_update_of_a_plain_tensor_with_a_subclass_value_is_refused_by_name():
+    def program(p, x):
+        p.add_(x)
+        return p
+
+    with pytest.raises(Exception, match="cannot write a subclass value into a plain tensor"):
+        thunder.jit(program, executors=thunderplug.discover())(torch.randn(3), SUBCLASSES["TwoTensor"](3))

@@ -87,6 +87,11 @@ def bind_aliasing_prim(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     with subclass outputs (thunder's metas return plain proxies); ``NotImplemented`` for other calls."""
     if symbol is prims.copy_ and isinstance(args[1], SubclassTensorProxy):
         output: Any = SubclassTensorProxy(like=args[1])
+    elif symbol is prims.copy_ and isinstance(args[0], SubclassTensorProxy):
+        raise SubclassDispatchError(
+            f"an in-place update of a plain tensor with a {args[0].subclass_type.__name__} value{user_location()}: "
+            "thunderplug cannot write a subclass value into a plain tensor; assign the result to a new name instead"
+        )
     elif symbol is prims.update_aliases and any(isinstance(a, SubclassTensorProxy) for a in args[0]):
         output = tuple(type(a)(like=a, requires_grad=a.requires_grad) for a in args[0])
     else:

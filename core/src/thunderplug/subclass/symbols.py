@@ -20,7 +20,7 @@ from thunder.core.symbol import Symbol, default_python_printer
 from thunder.core.transforms import register_grad
 
 from thunderplug.subclass.autodiff import forward_only, grad_rule, vjp_of
-from thunderplug.subclass.unroll import traced, unroll
+from thunderplug.subclass.unroll import unroll
 from thunderplug.subclass.values import subclass_flatten, subclass_op_id, subclass_unflatten
 from thunderplug.thunder_compat import syms_that_may_return_views
 from thunderplug.trace_state import NO_AUTOCAST, AutocastState
@@ -64,10 +64,10 @@ def _autocast_suffix(autocast: AutocastState) -> str:
 
 def _new_symbol(display: str, torch_fn: Callable[..., Any], autocast: AutocastState) -> Symbol:
     def meta(*args: Any, **kwargs: Any) -> Any:
-        result = unroll(display, torch_fn, args, kwargs, autocast)
-        if symbol not in may_return_views and traced(display, torch_fn, args, kwargs, autocast).views_first_input:
-            may_return_views.add(symbol)  # thunder then updates the viewed value after in-place ops on the view
-        return result
+        return unroll(display, torch_fn, args, kwargs, autocast, on_view=note_view)
+
+    def note_view() -> None:  # thunder then updates the viewed value after in-place ops on the view
+        may_return_views.add(symbol)
 
     def printer(bsym, out_printables, arg_printables, kwarg_printables):
         line = default_python_printer(bsym, out_printables, arg_printables, kwarg_printables)

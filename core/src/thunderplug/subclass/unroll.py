@@ -96,11 +96,16 @@ def call_key(display: str, tensors: list[TensorProxy]) -> tuple[str, tuple[str, 
 
 
 def unroll(
-    display: str, torch_fn: Callable[..., Any], args: tuple, kwargs: dict, autocast: AutocastState = NO_AUTOCAST
+    display: str,
+    torch_fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    autocast: AutocastState = NO_AUTOCAST,
+    on_view: Callable[[], None] | None = None,
 ) -> Any:
     """Trace ``torch_fn(*args, **kwargs)`` under ``autocast`` on fakes (or reuse the graph traced
     for the same metadata and state) and record its ATen ops in the current trace; return the
-    outputs as proxies."""
+    outputs as proxies. ``on_view`` is called when an output views the first tensor argument."""
     table = _current_table(display)
     flat, spec = tree_flatten((args, kwargs))
     tensors = [x for x in flat if isinstance(x, TensorProxy)]
@@ -110,6 +115,8 @@ def unroll(
         record.source_locations[call_key(display, tensors)] = location
         record.note_alive(get_tracectx())
     unrolled = _unrolled(display, torch_fn, table, (args, kwargs), flat, spec, autocast)
+    if on_view is not None and unrolled.views_first_input:
+        on_view()
     leaves = [leaf for t in tensors for leaf in flatten_to_leaves(t)]
     if unrolled.stride_sensitive:
         leaves = [_in_layout(leaf, order) for leaf, order in zip(leaves, unrolled.in_orders)]
