@@ -39,6 +39,7 @@ import thunder
 import torch
 from thunder.core.jit_ext import record_source_loc_in_symbol_header
 
+from thunderplug import regions
 from thunderplug.aten import AtenTable
 from thunderplug.thunder_compat import replace_thunder_module_parameters, torch_to_thunder_function_map
 
@@ -149,10 +150,25 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
         hoisted = hoist_fsdp_hooks(self, model)
-        live = _always if hoisted else _compiled_by_thunderplug(weakref.ref(self))
-        replace_thunder_module_parameters(self, lambda captured: LiveParameters(model, captured, live))
+        by_thunderplug = _compiled_by_thunderplug(weakref.ref(self))
+        replace_thunder_module_parameters(
+            self, lambda captured: LiveParameters(model, captured, _always if hoisted else by_thunderplug)
+        )
+        if regions.needs_regions(model):
+            self._forward_fn = regions.regional_forward(self, model, compiled_model_call, by_thunderplug)
+            if (ddp_no_sync := regions.ddp_no_sync(model)) is not None:
+                self.no_sync = _either(ddp_no_sync, self.no_sync, by_thunderplug)
 
     return replacement
+
+
+def _either(ours: Callable[[], Any], thunders: Callable[[], Any], by_thunderplug: Callable[[], bool | None]):
+    """``no_sync`` of ``thunder.jit(DDP(model))``: DDP's own in ``discover()`` compilations."""
+
+    def no_sync() -> Any:
+        return ours() if by_thunderplug() else thunders()
+
+    return no_sync
 
 
 def _always() -> bool:
