@@ -28,7 +28,8 @@ ROOT_CASES = [
     "jit_of_a_model_with_sharded_blocks_float8_all_gather",
     "jit_of_a_model_with_sharded_blocks_float8_all_gather_precomputed_scales",
 ]
-job = distributed_job("fsdp2_cases", [*CASES, *ROOT_CASES, "stock_jit_of_a_model_with_sharded_blocks"])
+job = distributed_job("fsdp2_cases", [*CASES, *ROOT_CASES, "stock_jit_of_a_model_with_sharded_blocks",
+                                     "jit_of_a_function_calling_a_sharded_model"])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -53,3 +54,11 @@ def test_jit_of_a_model_whose_blocks_are_sharded_matches_eager_fsdp2_bit_for_bit
 def test_stock_thunder_jit_of_a_model_whose_blocks_are_sharded_fails(job):
     for message in results_of(job, "stock_jit_of_a_model_with_sharded_blocks"):
         assert message is not None, "stock thunder.jit ran it: compare it with eager instead"
+
+
+def test_a_jitted_function_calling_a_sharded_model_is_refused_clearly(job):
+    for result in results_of(job, "jit_of_a_function_calling_a_sharded_model"):
+        assert result is not None, "neither refused nor checked against eager"
+        name, message = result
+        assert name == "FSDPInsideJitError", message
+        assert "fully_shard FSDPBlocks inside jitted code" in message and "Jit the module itself" in message

@@ -22,7 +22,8 @@ fallback symbols, which run each op as itself (the wait really waits; it depends
 collective's output, so it stays after it) with torch's own autograd.
 
 Also here: FSDP2's hooks of a ``fully_shard``-then-jit block run eagerly around the compiled call
-(:func:`hoist_fsdp_hooks`); DTensor's API (``from_local``, ``to_local``, ``redistribute``,
+(:func:`hoist_fsdp_hooks`); ``thunder.jit`` of DDP or of a module with ``fully_shard`` blocks compiles
+them region by region (:mod:`thunderplug.regions`, wired into ThunderModule's ``__init__`` here); DTensor's API (``from_local``, ``to_local``, ``redistribute``,
 ``distribute_tensor``) becomes ops of the generic subclass core instead of thunder's DTensorProxy
 symbols (:func:`dtensor_lookasides`); profiler ranges are dropped (:func:`profiler_range_lookasides`).
 docs/distributed.md says what works and in which order.
@@ -145,7 +146,10 @@ def hoist_fsdp_hooks(wrapper: torch.nn.Module, module: torch.nn.Module) -> bool:
 def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
     """``ThunderModule.__init__`` that gives the new module :class:`LiveParameters` (read through
     in ``discover()`` compilations) and moves FSDP2's forward hooks onto it (:func:`hoist_fsdp_hooks`;
-    then the parameters are read through whatever the executors: the captured ones are sharded)."""
+    then the parameters are read through whatever the executors: the captured ones are sharded).
+    A DDP module or one with ``fully_shard`` blocks gets a forward that, in ``discover()``
+    compilations, compiles it region by region (:func:`thunderplug.regions.regional_forward`), and
+    DDP's ``no_sync``."""
 
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
@@ -204,21 +208,21 @@ class FSDPInsideJitError(NotImplementedError):
 
 
 def fsdp_hook_lookasides() -> dict[Any, Callable[..., Any]]:
-    """FSDP2's pre-forward hook reached while tracing: a ``fully_shard`` module *inside* the jitted
-    one (``thunder.jit(model)`` after ``fully_shard`` of its blocks), whose hooks cannot be moved
-    around the compiled call (:func:`hoist_fsdp_hooks` moves only the jitted module's own). The hook
-    all-gathers into storage FSDP resizes and swaps the block's parameters mid-program, which
-    thunder's trace (parameters read once, in the prologue) cannot follow; stock thunder fails on
-    ``Unknown attribute itemsize``. Refused by name, with the orders that work."""
+    """FSDP2's pre-forward hook reached while tracing: a ``fully_shard`` module called by jitted code
+    whose hooks are not run around a compiled call (a jitted function that calls a sharded model;
+    ``fully_shard([a, b])``'s shared hook). The hook all-gathers into storage FSDP resizes and swaps
+    the module's parameters mid-program, which thunder's trace (parameters read once, in the
+    prologue) cannot follow; stock thunder fails on ``Unknown attribute itemsize``. Refused by name,
+    with what works: jitting the module (:mod:`thunderplug.regions`) or each sharded block."""
     from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
 
     def refuse(state: Any, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         raise FSDPInsideJitError(
-            f"thunder.jit reached the FSDP2 forward hook of a fully_shard {type(module).__name__} inside the jitted "
-            "module: FSDP2's hooks run eagerly only around the jitted module itself. Jit each "
-            "sharded block instead, before or after fully_shard: `block = thunder.jit(block, ...); fully_shard(block)` "
-            "(torchtitan's order) or `fully_shard(block); block = thunder.jit(block, ...)`; then fully_shard(model) "
-            "without jitting the root (docs/distributed.md)"
+            f"thunder.jit reached the FSDP2 forward hook of a fully_shard {type(module).__name__} inside jitted "
+            "code: FSDP2's hooks run eagerly only around a jitted module. Jit the module itself "
+            "(`thunder.jit(model, ...)`: each fully_shard block becomes a compiled region), or each sharded "
+            "block, before or after fully_shard: `block = thunder.jit(block, ...); fully_shard(block)` "
+            "(torchtitan's order) or `fully_shard(block); block = thunder.jit(block, ...)` (docs/distributed.md)"
         )
 
     return {FSDPState._pre_forward: refuse}
