@@ -23,9 +23,10 @@ collective's output, so it stays after it) with torch's own autograd.
 
 Also here: FSDP2's hooks of a ``fully_shard``-then-jit block run eagerly around the compiled call
 (:func:`hoist_fsdp_hooks`); ``thunder.jit`` of DDP or of a module with ``fully_shard`` blocks compiles
-them region by region (:mod:`thunderplug.regions`, wired into ThunderModule's ``__init__`` here); DTensor's API (``from_local``, ``to_local``, ``redistribute``,
-``distribute_tensor``) becomes ops of the generic subclass core instead of thunder's DTensorProxy
-symbols (:func:`dtensor_lookasides`); profiler ranges are dropped (:func:`profiler_range_lookasides`).
+them region by region (:mod:`thunderplug.regions`, wired into ThunderModule's ``__init__`` here);
+DTensor's API (``from_local``, ``to_local``, ``redistribute``, ``distribute_tensor``) becomes ops
+of the generic subclass core instead of thunder's DTensorProxy symbols (:func:`dtensor_lookasides`);
+profiler ranges are dropped (:func:`profiler_range_lookasides`).
 docs/distributed.md says what works and in which order.
 """
 
