@@ -158,3 +158,18 @@ def thunder_fsdp_float8(rank, world_size):
     jitted = fsdp(jit(copy.deepcopy(model)), device=torch.device("cpu"))
     compiled = train(jitted, data)
     return {"eager": eager, "compiled": compiled, "float8": ran_scaled_mm(jitted)}
+
+
+def jit_around_ddp_without_grad(rank, world_size):
+    """``thunder.jit(DDP(model))`` first called under ``torch.no_grad()`` (evaluation), then trained."""
+    model = float8_mlp()
+    x = torch.randn(8, 32)
+    eager, compiled = DDP(copy.deepcopy(model)), jit(DDP(model))
+    with torch.no_grad():
+        outputs = [m(x) for m in (eager, compiled)]
+    return {
+        "outputs": outputs,
+        "requires_grad": [o.requires_grad for o in outputs],
+        "eager": train(eager, batches(rank, 32, 16)),
+        "compiled": train(compiled, batches(rank, 32, 16)),
+    }

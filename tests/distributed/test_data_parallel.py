@@ -8,6 +8,7 @@ for bit: thunderplug runs eager's kernels (``_scaled_mm``, the casts) for this m
 from __future__ import annotations
 
 import pytest
+import torch
 from harness import assert_runs_match, distributed_job, results_of
 
 CASES = [
@@ -15,6 +16,7 @@ CASES = [
     "stock_jit_around_ddp_is_refused",
     "jit_around_ddp_float8",
     "jit_around_ddp_no_sync_float8",
+    "jit_around_ddp_without_grad",
     "thunder_ddp_float8",
     "thunder_fsdp_float8",
 ]
@@ -66,3 +68,11 @@ def test_jit_around_ddp_honours_no_sync(job):
                           {**result["eager"], "grads": result["eager"]["unsynced"]})
     first, second = (r["compiled"]["unsynced"][0]["0.weight"] for r in ranks)
     assert not first.equal(second), "no_sync() synchronized the gradients"
+
+
+def test_jit_around_ddp_evaluates_without_grad_then_trains(job):
+    for result in results_of(job, "jit_around_ddp_without_grad"):
+        eager, compiled = result["outputs"]
+        torch.testing.assert_close(compiled, eager, atol=0, rtol=0)
+        assert result["requires_grad"] == [False, False]
+        assert_runs_match(result["compiled"], result["eager"])

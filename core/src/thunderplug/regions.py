@@ -138,11 +138,11 @@ class Regions:
                 slot.parent._modules[slot.name] = slot.module
 
     def record_traces(self, root_compiled: Any) -> None:
-        ran = [c for c in self.compiled.values() if thunder.compile_stats(c).last_traces is not None]
+        stats = [thunder.compile_stats(c) for c in self.compiled.values()]
         set_last_traces(
             root_compiled,
-            [thunder.last_traces(c)[-1] for c in ran],
-            [traces[-1] for c in ran if (traces := thunder.last_backward_traces(c))],
+            [s.last_traces[-1] for s in stats if s.last_traces],
+            [s.last_backward_traces[-1] for s in stats if s.last_backward_traces],  # none under no_grad
         )
 
 
