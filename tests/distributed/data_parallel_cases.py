@@ -8,7 +8,7 @@ import copy
 import thunder
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-from training import batches, canonical, plain, train
+from training import Blocks, batches, canonical, plain, train
 
 import thunderplug
 
@@ -161,8 +161,13 @@ def thunder_fsdp_float8(rank, world_size):
 
 
 def jit_around_ddp_without_grad(rank, world_size):
-    """``thunder.jit(DDP(model))`` first called under ``torch.no_grad()`` (evaluation), then trained."""
-    model = float8_mlp()
+    """``thunder.jit(DDP(model))`` first called under ``torch.no_grad()`` (evaluation), then trained;
+    the blocks of a ``ModuleList`` are the regions, the residual adds between them run eagerly."""
+    from torchao.float8 import convert_to_float8_training
+
+    from thunderplug.regions import compiled_regions
+
+    model = convert_to_float8_training(Blocks(32))
     x = torch.randn(8, 32)
     eager, compiled = DDP(copy.deepcopy(model)), jit(DDP(model))
     with torch.no_grad():
@@ -170,6 +175,7 @@ def jit_around_ddp_without_grad(rank, world_size):
     return {
         "outputs": outputs,
         "requires_grad": [o.requires_grad for o in outputs],
-        "eager": train(eager, batches(rank, 32, 16)),
-        "compiled": train(compiled, batches(rank, 32, 16)),
+        "eager": train(eager, batches(rank, 32, 32)),
+        "compiled": train(compiled, batches(rank, 32, 32)),
+        "regions": sorted(compiled_regions(compiled)),
     }

@@ -75,4 +75,5 @@ def test_jit_around_ddp_evaluates_without_grad_then_trains(job):
         eager, compiled = result["outputs"]
         torch.testing.assert_close(compiled, eager, atol=0, rtol=0)
         assert result["requires_grad"] == [False, False]
+        assert result["regions"] == ["module.layers.0", "module.layers.1"]
         assert_runs_match(result["compiled"], result["eager"])
