@@ -22,9 +22,11 @@ fallback symbols, which run each op as itself (the wait really waits; it depends
 collective's output, so it stays after it) with torch's own autograd.
 
 Also here: FSDP2's hooks of a ``fully_shard``-then-jit block run eagerly around the compiled call
-(:func:`hoist_fsdp_hooks`); DTensor's API (``from_local``, ``to_local``, ``redistribute``,
-``distribute_tensor``) becomes ops of the generic subclass core instead of thunder's DTensorProxy
-symbols (:func:`dtensor_lookasides`); profiler ranges are dropped (:func:`profiler_range_lookasides`).
+(:func:`hoist_fsdp_hooks`); ``thunder.jit`` of DDP or of a module with ``fully_shard`` blocks compiles
+them region by region (:mod:`thunderplug.regions`, wired into ThunderModule's ``__init__`` here);
+DTensor's API (``from_local``, ``to_local``, ``redistribute``, ``distribute_tensor``) becomes ops
+of the generic subclass core instead of thunder's DTensorProxy symbols (:func:`dtensor_lookasides`);
+profiler ranges are dropped (:func:`profiler_range_lookasides`).
 docs/distributed.md says what works and in which order.
 """
 
@@ -39,6 +41,7 @@ import thunder
 import torch
 from thunder.core.jit_ext import record_source_loc_in_symbol_header
 
+from thunderplug import regions
 from thunderplug.aten import AtenTable
 from thunderplug.thunder_compat import replace_thunder_module_parameters, torch_to_thunder_function_map
 
@@ -144,15 +147,33 @@ def hoist_fsdp_hooks(wrapper: torch.nn.Module, module: torch.nn.Module) -> bool:
 def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
     """``ThunderModule.__init__`` that gives the new module :class:`LiveParameters` (read through
     in ``discover()`` compilations) and moves FSDP2's forward hooks onto it (:func:`hoist_fsdp_hooks`;
-    then the parameters are read through whatever the executors: the captured ones are sharded)."""
+    then the parameters are read through whatever the executors: the captured ones are sharded).
+    A DDP module or one with ``fully_shard`` blocks gets a forward that, in ``discover()``
+    compilations, compiles it region by region (:func:`thunderplug.regions.regional_forward`), and
+    DDP's ``no_sync``."""
 
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
         hoisted = hoist_fsdp_hooks(self, model)
-        live = _always if hoisted else _compiled_by_thunderplug(weakref.ref(self))
-        replace_thunder_module_parameters(self, lambda captured: LiveParameters(model, captured, live))
+        by_thunderplug = _compiled_by_thunderplug(weakref.ref(self))
+        replace_thunder_module_parameters(
+            self, lambda captured: LiveParameters(model, captured, _always if hoisted else by_thunderplug)
+        )
+        if regions.needs_regions(model):
+            self._forward_fn = regions.regional_forward(self, model, compiled_model_call, by_thunderplug)
+            if (ddp_no_sync := regions.ddp_no_sync(model)) is not None:
+                self.no_sync = _either(ddp_no_sync, self.no_sync, by_thunderplug)
 
     return replacement
+
+
+def _either(ours: Callable[[], Any], thunders: Callable[[], Any], by_thunderplug: Callable[[], bool | None]):
+    """``no_sync`` of ``thunder.jit(DDP(model))``: DDP's own in ``discover()`` compilations."""
+
+    def no_sync() -> Any:
+        return ours() if by_thunderplug() else thunders()
+
+    return no_sync
 
 
 def _always() -> bool:
@@ -188,21 +209,21 @@ class FSDPInsideJitError(NotImplementedError):
 
 
 def fsdp_hook_lookasides() -> dict[Any, Callable[..., Any]]:
-    """FSDP2's pre-forward hook reached while tracing: a ``fully_shard`` module *inside* the jitted
-    one (``thunder.jit(model)`` after ``fully_shard`` of its blocks), whose hooks cannot be moved
-    around the compiled call (:func:`hoist_fsdp_hooks` moves only the jitted module's own). The hook
-    all-gathers into storage FSDP resizes and swaps the block's parameters mid-program, which
-    thunder's trace (parameters read once, in the prologue) cannot follow; stock thunder fails on
-    ``Unknown attribute itemsize``. Refused by name, with the orders that work."""
+    """FSDP2's pre-forward hook reached while tracing: a ``fully_shard`` module called by jitted code
+    whose hooks are not run around a compiled call (a jitted function that calls a sharded model;
+    ``fully_shard([a, b])``'s shared hook). The hook all-gathers into storage FSDP resizes and swaps
+    the module's parameters mid-program, which thunder's trace (parameters read once, in the
+    prologue) cannot follow; stock thunder fails on ``Unknown attribute itemsize``. Refused by name,
+    with what works: jitting the module (:mod:`thunderplug.regions`) or each sharded block."""
     from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
 
     def refuse(state: Any, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         raise FSDPInsideJitError(
-            f"thunder.jit reached the FSDP2 forward hook of a fully_shard {type(module).__name__} inside the jitted "
-            "module: FSDP2's hooks run eagerly only around the jitted module itself. Jit each "
-            "sharded block instead, before or after fully_shard: `block = thunder.jit(block, ...); fully_shard(block)` "
-            "(torchtitan's order) or `fully_shard(block); block = thunder.jit(block, ...)`; then fully_shard(model) "
-            "without jitting the root (docs/distributed.md)"
+            f"thunder.jit reached the FSDP2 forward hook of a fully_shard {type(module).__name__} inside jitted "
+            "code: FSDP2's hooks run eagerly only around a jitted module. Jit the module itself "
+            "(`thunder.jit(model, ...)`: each fully_shard block becomes a compiled region), or each sharded "
+            "block, before or after fully_shard: `block = thunder.jit(block, ...); fully_shard(block)` "
+            "(torchtitan's order) or `fully_shard(block); block = thunder.jit(block, ...)` (docs/distributed.md)"
         )
 
     return {FSDPState._pre_forward: refuse}

@@ -103,3 +103,24 @@ def bound_symbol_context(trace: Any) -> tuple[str, Any, Any]:
     from thunder.core.symbol import _bsym_header
 
     return _bsym_header.get(), trace._current_source_filename, trace._current_source_positions
+
+
+def jit_options(compile_data: Any) -> dict[str, Any]:
+    """The options ``thunder.jit`` was given, read back from its ``CompileData``, to jit parts of
+    the same module alike (thunderplug.regions)."""
+    return {
+        "executors": compile_data.executors_list,
+        "cache": compile_data.cache_option,
+        "sharp_edges": compile_data.sharp_edges,
+        "disable_torch_autograd": compile_data.disable_torch_autograd_support,
+        "debug_options": compile_data.debug_options,
+        **compile_data.compile_options,
+    }
+
+
+def set_last_traces(compiled: Any, forward: list, backward: list) -> None:
+    """What ``thunder.last_traces`` / ``last_backward_traces`` of ``compiled`` return next."""
+    import thunder
+
+    stats = thunder.compile_stats(compiled)
+    stats.last_traces, stats.last_backward_traces = forward, backward

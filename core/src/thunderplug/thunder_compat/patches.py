@@ -132,7 +132,9 @@ PATCHES: tuple[Patch, ...] = (
         "thunder copies a module's parameters when jitting it, so a block jitted before `fully_shard` trains the "
         "full copies, not FSDP2's sharded parameters (silently): parameters nobody overrode are read through to "
         "the module. `thunder.jit(fully_shard(block))` fails tracing FSDP2's hooks: they are moved onto the "
-        "ThunderModule and run eagerly, as under torch.compile.",
+        "ThunderModule and run eagerly, as under torch.compile. `thunder.jit(DDP(model))` and `thunder.jit(root)` "
+        "with `fully_shard` blocks inside (stock: refused / fails tracing the hooks) run the root eagerly with each "
+        "block compiled as a region (thunderplug.regions).",
     ),
     Patch(
         "TensorProxy.dtype lookaside", _LOOKASIDES, TensorProxy.dtype.fget, interception.dtype_property,
