@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from thunder.core.codeutils import SigInfo
-from thunder.core.interpreter import interpreter_needs_wrap, unwrap, wrap_const
-from thunder.core.proxies import ProxyInterface, TensorProxy
+from thunder.core.compile_data import get_compile_data
+from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
+from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 
 
@@ -27,6 +29,31 @@ def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., An
         return signature
 
     return staticmethod(replacement)
+
+
+def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder tags a value computed under ``torch.no_grad()`` as detached (constant for autodiff).
+    An ``autograd.Function`` whose forward computes its result under ``no_grad`` hands that tag to
+    its own output, so autodiff never calls its backward: the inputs get no gradient and the
+    output does not require grad, where eager differentiates it through ``backward``. As thunder
+    already does for ``autograd_function_apply``, whether the output is detached is the grad mode
+    at the ``apply`` call (thunder tags the outputs itself when that mode is off); inputs returned
+    as they are keep their own tags."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(wrapped_cls, *args, **kwargs)
+        compile_data = get_compile_data()
+        grad_enabled = compile_data is not None and compile_data.is_grad_enabled
+        if not active() or isinstance(result, INTERPRETER_SIGNALS) or not grad_enabled:
+            return result
+        arguments = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
+        inputs = {id(a) for a in tree_flatten(arguments)[0]}
+        for output in tree_flatten(unwrap(result))[0]:
+            if isinstance(output, TensorProxy) and id(output) not in inputs:
+                output.tags.discard(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+        return result
+
+    return replacement
 
 
 def autograd_function_apply(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,10 +27,12 @@ from thunder.core.transforms import backward_impls
 from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
+from thunder.transforms import autodiff
 
-from thunderplug import aten, distributed, output_grads, thunderfx
+from thunderplug import aten, distributed, inplace_grads, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
+from thunderplug.subclass.values import subclass_flatten
 from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
 
 
@@ -90,9 +92,15 @@ PATCHES: tuple[Patch, ...] = (
         "`__new__` and fail on `Unknown attribute stride`).",
     ),
     Patch(
-        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY, interception.function_apply,
+        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY,
+        lambda original: interception.function_apply(
+            fixes.function_apply_outer_grad_mode(original, lambda: active_core_executor() is not None)
+        ),
         "discover() compilations",
-        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes.",
+        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes. "
+        "thunder bug: a Function whose forward computes its result under `no_grad` returns it tagged detached, so "
+        "its backward is never called (no gradient for its inputs, silently): the output is detached only if grad "
+        "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`.",
     ),
     Patch(
         "tensor method calls", _LOOKASIDES, functools.partial.__call__,
@@ -190,6 +198,21 @@ PATCHES: tuple[Patch, ...] = (
         "first call, mostly unrolled ATen ops and torch ops), and every later bound symbol is then copied to swap "
         "in those proxies. Before thunder's pass, they are bound to the operator with their own outputs (an "
         "execution transform's outputs are renamed to them); thunder's pass does the rest.",
+    ),
+    Patch(
+        "grad_transform_on_trace", autodiff, "grad_transform_on_trace",
+        lambda original: inplace_grads.keeping_gradient_identity(
+            output_grads.marking_outputs(
+                original, lambda: active_core_executor() is not None, cuts=lambda bsym: bsym.sym == subclass_flatten
+            ),
+            lambda: active_core_executor() is not None,
+        ),
+        "discover() compilations",
+        "thunder marks every output of a function with autograd differentiable; eager does not (`y.cos()` of an "
+        "input without grad, a value computed under `no_grad`, an inner tensor read from a subclass). Which outputs "
+        "an input requiring grad reaches is read from the trace before autodiff, whose `no_grad` tags are right "
+        "(autodiff re-traces ops under the grad mode the function ends in), and those outputs are flagged in the "
+        "joint trace (`mark_non_differentiable`).",
     ),
     Patch(
         "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,
