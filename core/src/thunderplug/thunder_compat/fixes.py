@@ -56,6 +56,43 @@ def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callabl
     return replacement
 
 
+def cross_entropy_label_smoothing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``F.cross_entropy`` with ``label_smoothing`` and class-index targets divides the
+    *unmasked* smoothing term by the number (or weight) of the targets not ignored, so a mean loss
+    with ``ignore_index`` hit is silently wrong, and with class weights it squeezes every unit dim
+    (an error for a batch of one). The replacement is ATen's composition: ``(1 - e) * nll_loss +
+    e / C * smooth``, where ``smooth`` is the (weighted) sum of ``-log_softmax`` over the classes,
+    zero where the target is ignored, reduced as ``reduction`` says (``mean``: divided by the number
+    or the total weight of the targets kept)."""
+
+    def replacement(a: Any, /, target: Any, weight: Any, ignore_index: int, reduction: str, label_smoothing: float):
+        if not active():
+            return original(a, target, weight, ignore_index, reduction, label_smoothing)
+        import thunder.torch as ltorch
+
+        class_dim = 1 if a.ndim >= 2 else 0
+        classes = a.shape[class_dim]
+        logp = ltorch.log_softmax(a, class_dim)
+        nll = ltorch.nll_loss(logp, target, weight, ignore_index, reduction)
+        if weight is not None:
+            logp = logp * ltorch.reshape(weight, [classes] + [1] * (a.ndim - 2))
+        kept = ltorch.ne(target, ignore_index)
+        smooth = ltorch.where(kept, ltorch.neg(ltorch.sum(logp, class_dim)), 0)
+        if reduction == "none":
+            total = smooth
+        elif reduction == "sum":
+            total = ltorch.sum(smooth)
+        elif weight is None:
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(kept))
+        else:
+            kept_targets = ltorch.reshape(ltorch.where(kept, target, 0), (-1,))
+            target_weights = ltorch.reshape(ltorch.index_select(weight, 0, kept_targets), tuple(target.shape))
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(ltorch.where(kept, target_weights, 0)))
+        return nll * (1.0 - label_smoothing) + total * (label_smoothing / classes)
+
+    return replacement
+
+
 def autograd_function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
     """thunder ignores ``non_differentiable_idx`` of ``torch.ops.higher_order.autograd_function_apply``:
     the outputs it lists are detached after the call, so no gradient flows into them, as in eager."""

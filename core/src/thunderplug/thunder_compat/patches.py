@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import thunder
+import thunder.torch as ltorch
 import torch
 from thunder.core import interpreter, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
@@ -242,6 +243,14 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder bug: `torch.index_put`'s gradients are matched with the wrong arguments, so `values` silently "
         "gets none; they are returned in the arguments' places.",
+    ),
+    Patch(
+        "cross_entropy label smoothing", ltorch, "_cross_entropy_loss_label_smoothing",
+        lambda original: fixes.cross_entropy_label_smoothing(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: `F.cross_entropy` with `label_smoothing` divides the unmasked smoothing term by the targets "
+        "kept, so a mean loss with `ignore_index` hit is silently wrong; with class weights it squeezes every unit "
+        "dim. ATen's composition instead (its `nll_loss` part runs eager's kernels, `eager_kernels`).",
     ),
     Patch(
         "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
