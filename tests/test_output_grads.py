@@ -90,3 +90,137 @@ def test_values_computed_under_no_grad_carry_no_gradient():
         torch.testing.assert_close(g, e)
     with pytest.raises(RuntimeError, match="does not require grad"):
         actual[0].sum().backward()
+
+
+# --- the grad mode of the joint trace is the one the function ends in: eager's answer regardless ---
+
+EXECUTORS = [pytest.param(None, id="stock"), pytest.param("discover", id="discover")]
+
+
+def _executors(name):
+    return thunderplug.discover(quiet=True) if name == "discover" else None
+
+
+def _sin_under_enable_grad_then_off(x):
+    torch.set_grad_enabled(True)
+    y = x.sin()
+    torch.set_grad_enabled(False)
+    return y, y * 2
+
+
+def _sin_then_off(x):
+    y = x.sin()
+    torch.set_grad_enabled(False)
+    return y, y.cos()  # the cosine is computed without grad
+
+
+def _assert_like_eager(fn, executors, *, grad_enabled):
+    """Values, gradients and which outputs require grad as in eager (stock thunder marks every
+    output differentiable, so for it only the differentiable outputs are compared)."""
+    x = torch.randn(5, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    initial = torch.is_grad_enabled()
+    try:
+        torch.set_grad_enabled(grad_enabled)
+        expected = fn(x_ref)
+        torch.set_grad_enabled(grad_enabled)
+        actual = _run(fn, x, executors=_executors(executors))
+        assert not torch.is_grad_enabled()  # as eager leaves it
+    finally:
+        torch.set_grad_enabled(initial)
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
+    differentiable = [i for i, o in enumerate(expected) if o.requires_grad]
+    assert differentiable, "the program must have a differentiable output"
+    compared = range(len(expected)) if executors == "discover" else differentiable
+    assert [actual[i].grad_fn is None for i in compared] == [expected[i].grad_fn is None for i in compared]
+    cotangents = [torch.randn(5) for _ in differentiable]
+    torch.autograd.backward([expected[i] for i in differentiable], cotangents)
+    torch.autograd.backward([actual[i] for i in differentiable], cotangents)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS)
+@pytest.mark.parametrize("grad_enabled", [False, True])
+def test_grad_enabled_inside_a_function_ending_without_grad(executors, grad_enabled):
+    _assert_like_eager(_sin_under_enable_grad_then_off, executors, grad_enabled=grad_enabled)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS)
+def test_a_function_ending_without_grad(executors):
+    _assert_like_eager(_sin_then_off, executors, grad_enabled=True)
+
+
+class _SinUnderNoGrad(torch.autograd.Function):
+    """An autograd.Function whose forward computes under ``no_grad`` (its backward defines the gradient)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return x.sin() * 1.5
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * 1.5
+
+
+def _forward_under_no_grad(x, w):
+    return _SinUnderNoGrad.apply(x * w), w.cos()
+
+
+def _apply_under_no_grad(x, w):
+    def forward(_, a):
+        with torch.no_grad():
+            return a.sin(), (a,)
+
+    def backward(_, grad, a):
+        return grad * 2 * a
+
+    out = torch.ops.higher_order.autograd_function_apply(
+        forward, backward, x * w, args_tensor_mask=[True], non_differentiable_idx=[]
+    )
+    return out, w.cos()
+
+
+def _compiled(fn, how):
+    if how == "thunderfx":
+        from thunder.dynamo import ThunderCompiler
+
+        torch._dynamo.reset()
+        return torch.compile(fn, backend=ThunderCompiler(executors=thunderplug.discover(quiet=True)))
+    return thunder.jit(fn, executors=_executors(how)) if how == "discover" else thunder.jit(fn)
+
+
+@pytest.mark.parametrize(
+    "how, fn",
+    [
+        ("discover", _forward_under_no_grad),
+        ("thunderfx", _forward_under_no_grad),
+        ("stock", _apply_under_no_grad),
+        ("discover", _apply_under_no_grad),
+        ("thunderfx", _apply_under_no_grad),
+    ],
+)
+def test_an_autograd_function_computing_under_no_grad_keeps_its_gradient(how, fn):
+    x, w = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    ref = [t.detach().clone().requires_grad_(True) for t in (x, w)]
+    expected, actual = fn(*ref), _compiled(fn, how)(x, w)
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected] == [True, True]
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
+    cotangents = [torch.randn(4), torch.randn(4)]
+    torch.autograd.backward(expected, cotangents)
+    torch.autograd.backward(actual, cotangents)
+    for got, want in zip((x, w), ref):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_stock_thunder_drops_the_gradient_of_a_function_computing_under_no_grad():
+    """The thunder bug ``fixes.function_apply_outer_grad_mode`` corrects under discover() (tested so
+    the fix is not silently a no-op): the Function's output is constant for autodiff."""
+    x, w = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    out, _ = thunder.jit(_forward_under_no_grad)(x, w)
+    out.sum().backward()
+    assert x.grad is None and _forward_under_no_grad(x, w)[0].requires_grad

@@ -6,16 +6,20 @@ Why: thunder 0.2.6 returns every output of a function that needs autograd from o
 ``y`` without grad, or an inner tensor read from a subclass (``x.get_elem().cos()``), reports
 ``requires_grad=True`` where eager says False.
 
-How: the core executor's fusion pass calls :func:`mark_outputs` on the joint forward-backward
-trace of every ``discover()`` compilation with autograd (thunder splits it after the fusion
-passes). It follows data dependence from the inputs that require grad through the trace's
-top-level ops and stops at values that cannot carry a gradient (integer and boolean tensors), at
-``detach``, at values computed under ``torch.no_grad()`` and at ops the caller names (reads of a
-subclass's inner tensors). Outputs no such path
-reaches go through a ``mark_non_differentiable`` op, which flags the tensor at run time; thunder's
-autograd Functions (patched in ``thunder_compat.patches``) then pass the flagged outputs to
-``ctx.mark_non_differentiable``, as a hand-written Function would. The analysis is conservative:
-where it cannot tell, the output keeps thunder's answer, True.
+How: thunder's autodiff (``grad_transform_on_trace``, wrapped in ``thunder_compat.patches`` for
+``discover()`` compilations) calls :func:`marking_outputs`. It reads the trace *before* autodiff,
+whose ``torch.no_grad()`` tags are the interpreter's: autodiff re-traces every differentiable op
+under the grad mode the function *ends* in, so in the joint trace a function that ends under
+``no_grad`` (``torch.set_grad_enabled(False)`` as its last line), or an autograd.Function forward
+run under ``no_grad``, tags differentiable values as detached. It follows data dependence from the
+inputs that require grad through the trace's top-level ops and stops at values that cannot carry a
+gradient (integer and boolean tensors), at ``detach``, at values computed under ``torch.no_grad()``
+and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path reaches
+are, in the joint trace (outputs match by position), passed through a ``mark_non_differentiable``
+op, which flags the tensor at run time; thunder's autograd Functions (patched in
+``thunder_compat.patches``) then pass the flagged outputs to ``ctx.mark_non_differentiable``, as a
+hand-written Function would. The analysis is conservative: where it cannot tell, the output keeps
+thunder's answer, True.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import torch
 from thunder.core import dtypes
 from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.executors.pythonex import ex as pythonex
@@ -46,17 +51,64 @@ mark_non_differentiable = pythonex.register_operator(
 )
 
 
-def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:
-    """The joint forward-backward ``trace`` with every forward output (``fw_flat_out``) that no
-    input requiring grad reaches replaced by its ``mark_non_differentiable``; ``trace`` itself when
-    it is not a joint trace, or every output may need a gradient."""
-    returned = trace.bound_symbols[-1] if trace.bound_symbols else None
-    if returned is None or returned.sym.name != "python_return" or not _is_joint_return(returned.args):
-        return trace
-    results = returned.args[0]
-    flat_args, grads = results["flat_args"], results["output"]
+def marking_outputs(
+    original: Callable[..., TraceCtx], active: Callable[[], bool], cuts: Callable[[BoundSymbol], bool]
+) -> Callable[..., TraceCtx]:
+    """thunder's ``grad_transform_on_trace``, whose joint trace then marks the outputs that no input
+    requiring grad reaches in the trace it was given (when ``active()``)."""
+
+    def grad_transform_on_trace(trace: TraceCtx, /, *args: Any, **kwargs: Any) -> TraceCtx:
+        joint = original(trace, *args, **kwargs)
+        return mark_outputs(trace, joint, cuts) if active() else joint
+
+    return grad_transform_on_trace
+
+
+def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:
+    """The joint forward-backward trace ``joint`` made from ``trace``, with every forward output
+    (``fw_flat_out``) whose counterpart in ``trace`` no input requiring grad reaches replaced by its
+    ``mark_non_differentiable``; ``joint`` itself when every output may need a gradient."""
+    returned, joint_returned = _return_of(trace), _return_of(joint)
+    if returned is None or joint_returned is None or not _is_joint_return(joint_returned.args):
+        return joint
+    if not isinstance(returned.args[0], dict) or "flat_args" not in returned.args[0]:
+        return joint
+    results = joint_returned.args[0]
+    outputs, _ = tree_flatten(returned.args[0].get("output"))
+    joint_outputs, spec = tree_flatten(results["fw_flat_out"])
+    if len(outputs) != len(joint_outputs):
+        return joint
+    unreached_positions = _unreached(trace, returned.args[0], results["output"], outputs, cuts)
+    unreached = {
+        variableify(joint_outputs[i]) for i in unreached_positions if isinstance(joint_outputs[i], TensorProxy)
+    }
+    if not unreached:
+        return joint
+    marked = from_trace(joint)
+    swap: dict = {}
+    with tracectx(marked):
+        for bsym in joint.bound_symbols[:-1]:
+            if bsym.sym.name == "get_grad":  # the cotangent of a marked output
+                bsym = bsym.from_bsym_swap_proxies(swap)
+            marked.bound_symbols.append(bsym)
+            for out in bsym.flat_proxy_outs:
+                if variableify(out) in unreached and variableify(out) not in swap:
+                    marked.push_scope([])
+                    swap[variableify(out)] = mark_non_differentiable(out)
+                    marked.bound_symbols.extend(marked.pop_scope())
+        flat_outputs = [swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in joint_outputs]
+        new_results = {**results, "fw_flat_out": tree_unflatten(flat_outputs, spec)}
+        marked.bound_symbols.append(joint_returned.from_bsym(args=(new_results, *joint_returned.args[1:])))
+    return marked
+
+
+def _unreached(
+    trace: TraceCtx, results: dict, grads: Any, outputs: list, cuts: Callable[[BoundSymbol], bool]
+) -> list[int]:
+    """The positions of the tensor ``outputs`` of ``trace`` that no input requiring grad reaches."""
+    flat_args = results["flat_args"]
     inputs = {variableify(a) for a in flat_args if isinstance(a, TensorProxy)}
-    # the inputs that require grad, and those thunder's autodiff computes a gradient for ("output")
+    # the inputs that require grad, and those thunder's autodiff computes a gradient for (``grads``)
     reached = {
         variableify(arg)
         for arg, grad in zip(flat_args, grads)
@@ -66,30 +118,16 @@ def mark_outputs(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceC
         if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
             continue
         reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
-    unreached = {
-        variableify(out)
-        for out in results["fw_flat_out"]
+    return [
+        i
+        for i, out in enumerate(outputs)
         if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
-    }
-    if not unreached:
-        return trace
-    marked = from_trace(trace)
-    swap: dict = {}
-    with tracectx(marked):
-        for bsym in trace.bound_symbols[:-1]:
-            if bsym.sym.name == "get_grad":  # the cotangent of a marked output
-                bsym = bsym.from_bsym_swap_proxies(swap)
-            marked.bound_symbols.append(bsym)
-            for out in bsym.flat_proxy_outs:
-                if variableify(out) in unreached and variableify(out) not in swap:
-                    marked.push_scope([])
-                    swap[variableify(out)] = mark_non_differentiable(out)
-                    marked.bound_symbols.extend(marked.pop_scope())
-        outputs = tuple(
-            swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in results["fw_flat_out"]
-        )
-        marked.bound_symbols.append(returned.from_bsym(args=({**results, "fw_flat_out": outputs}, *returned.args[1:])))
-    return marked
+    ]
+
+
+def _return_of(trace: TraceCtx) -> BoundSymbol | None:
+    last = trace.bound_symbols[-1] if trace.bound_symbols else None
+    return last if last is not None and last.sym.name == "python_return" and last.args else None
 
 
 def _carries_grad(value: Any) -> bool:

@@ -2,9 +2,10 @@
 float32 and float64, with contiguous and non-contiguous output gradients, compared **bit for bit**
 (``torch.equal``): the executor's point is to run the very kernels eager's autograd runs.
 
-Cases the executor declines (softmax with a dtype cast, label smoothing, SDPA with a mask or
+Cases the executor declines (softmax with a dtype cast, probability targets, SDPA with a mask or
 dropout) are checked to fall back to thunder's decomposition, still equal to eager within
-``assert_close``'s defaults, and with no eager kernel in the trace.
+``assert_close``'s defaults, and with no eager kernel in the trace. Cross-entropy with label
+smoothing, declined too, meets the NLL-loss kernels in thunder's composition (tests/test_losses.py).
 """
 
 from __future__ import annotations
@@ -114,6 +115,14 @@ def _cross_entropy_mean_ignore(logits, target):
     return F.cross_entropy(logits, target, ignore_index=1)
 
 
+def _nll_loss(logits, target):
+    return F.nll_loss(F.log_softmax(logits, 1), target)
+
+
+def _nll_loss_none_weight(logits, target, weight):
+    return F.nll_loss(F.log_softmax(logits, 1), target, weight=weight, reduction="none")
+
+
 def _sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -198,6 +207,21 @@ def _cases(dtype):
         "cross_entropy_3d_mean_ignore": (
             _cross_entropy_mean_ignore, [r(3, 10, 8), target.view(3, 8)], ND_CROSS_ENTROPY
         ),
+        # nll_loss itself (thunder's own backward is wrong for 3-D and 5-D inputs)
+        "nll_loss": (
+            _nll_loss,
+            [r(24, 10), target],
+            [
+                "eager_log_softmax",
+                "eager_nll_loss_forward",
+                "eager_nll_loss_backward",
+                "eager_log_softmax_backward_data",
+            ],
+        ),
+        "nll_loss_3d_none_weight": (
+            _nll_loss_none_weight, [r(4, 10, 6), target.view(4, 6), Frozen(r(10).abs())], ND_CROSS_ENTROPY
+        ),
+        "nll_loss_5d": (_nll_loss, [r(2, 10, 2, 3, 2), target.view(2, 2, 3, 2)], ND_CROSS_ENTROPY),
         "sdpa_causal": (_sdpa_causal, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
         "sdpa_scaled": (_sdpa_scaled, qkv, ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]),
         "sdpa_strided": (
@@ -248,10 +272,6 @@ def _softmax_cast(x):
     return F.softmax(x, dim=-1, dtype=torch.float64)
 
 
-def _cross_entropy_smoothing(logits, target):
-    return F.cross_entropy(logits, target, label_smoothing=0.1)
-
-
 def _cross_entropy_probabilities(logits, target):
     return F.cross_entropy(logits, target)
 
@@ -264,12 +284,11 @@ def _sdpa_mask(q, k, v, mask):
     "fn, make, not_claimed",
     [
         (_softmax_cast, lambda r: [r(4, 8).float()], "eager_softmax"),
-        (_cross_entropy_smoothing, lambda r: [r(12, 5), torch.randint(0, 5, (12,))], "eager_nll"),
         (_cross_entropy_probabilities, lambda r: [r(12, 5), Frozen(r(12, 5).softmax(-1))], "eager_nll"),
         # thunder's own SDPA decomposition then meets softmax, which the executor may take
         (_sdpa_mask, lambda r: [r(2, 3, 8, 4), r(2, 3, 8, 4), r(2, 3, 8, 4), r(8, 8)], "eager_sdpa"),
     ],
-    ids=["softmax_dtype", "label_smoothing", "probability_targets", "sdpa_mask"],
+    ids=["softmax_dtype", "probability_targets", "sdpa_mask"],
 )
 def test_declined_cases_stay_thunders_and_match_eager(fn, make, not_claimed):
     torch.manual_seed(0)

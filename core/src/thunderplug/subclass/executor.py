@@ -26,7 +26,6 @@ from thunder.extend import FusionExecutor, TemporaryExecutor
 from thunderplug import settings
 from thunderplug.aten import AtenTable
 from thunderplug.distributed import distributed_lookasides
-from thunderplug.output_grads import mark_outputs
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.autodiff import vjp_of
 from thunderplug.subclass.symbols import unrolled_op_symbol
@@ -56,9 +55,6 @@ class ThunderplugExecutor(FusionExecutor):
         return not any(ex is not self and ex.can_execute(bsym) for ex in others)
 
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
-        # before unrolling: a top-level subclass_flatten is user code reading an inner tensor,
-        # which carries no gradient in eager
-        trace = mark_outputs(trace, cuts=lambda bsym: bsym.sym == subclass_flatten)
         if not any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             return trace
         others = [ex for ex in get_compile_data().executors_list if ex is not self]

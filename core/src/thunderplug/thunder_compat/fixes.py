@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from thunder.core.codeutils import SigInfo
-from thunder.core.interpreter import interpreter_needs_wrap, unwrap, wrap_const
-from thunder.core.proxies import ProxyInterface, TensorProxy
+from thunder.core.compile_data import get_compile_data
+from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
+from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 
 
@@ -28,6 +30,68 @@ def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., An
         return signature
 
     return staticmethod(replacement)
+
+
+def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder tags a value computed under ``torch.no_grad()`` as detached (constant for autodiff).
+    An ``autograd.Function`` whose forward computes its result under ``no_grad`` hands that tag to
+    its own output, so autodiff never calls its backward: the inputs get no gradient and the
+    output does not require grad, where eager differentiates it through ``backward``. As thunder
+    already does for ``autograd_function_apply``, whether the output is detached is the grad mode
+    at the ``apply`` call (thunder tags the outputs itself when that mode is off); inputs returned
+    as they are keep their own tags."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(wrapped_cls, *args, **kwargs)
+        compile_data = get_compile_data()
+        grad_enabled = compile_data is not None and compile_data.is_grad_enabled
+        if not active() or isinstance(result, INTERPRETER_SIGNALS) or not grad_enabled:
+            return result
+        arguments = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
+        inputs = {id(a) for a in tree_flatten(arguments)[0]}
+        for output in tree_flatten(unwrap(result))[0]:
+            if isinstance(output, TensorProxy) and id(output) not in inputs:
+                output.tags.discard(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+        return result
+
+    return replacement
+
+
+def cross_entropy_label_smoothing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``F.cross_entropy`` with ``label_smoothing`` and class-index targets divides the
+    *unmasked* smoothing term by the number (or weight) of the targets not ignored, so a mean loss
+    with ``ignore_index`` hit is silently wrong, and with class weights it squeezes every unit dim
+    (an error for a batch of one). The replacement is ATen's composition: ``(1 - e) * nll_loss +
+    e / C * smooth``, where ``smooth`` is the (weighted) sum of ``-log_softmax`` over the classes,
+    zero where the target is ignored, reduced as ``reduction`` says (``mean``: divided by the number
+    or the total weight of the targets kept)."""
+
+    def replacement(a: Any, /, target: Any, weight: Any, ignore_index: int, reduction: str, label_smoothing: float):
+        if not active():
+            return original(a, target, weight, ignore_index, reduction, label_smoothing)
+        import thunder.torch as ltorch
+
+        class_dim = 1 if a.ndim >= 2 else 0
+        classes = a.shape[class_dim]
+        logp = ltorch.log_softmax(a, class_dim)
+        nll = ltorch.nll_loss(logp, target, weight, ignore_index, reduction)
+        if weight is not None:
+            logp = logp * ltorch.reshape(weight, [classes] + [1] * (a.ndim - 2))
+        kept = ltorch.ne(target, ignore_index)
+        smooth = ltorch.where(kept, ltorch.neg(ltorch.sum(logp, class_dim)), 0)
+        if reduction == "none":
+            total = smooth
+        elif reduction == "sum":
+            total = ltorch.sum(smooth)
+        elif weight is None:
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(kept))
+        else:
+            kept_targets = ltorch.reshape(ltorch.where(kept, target, 0), (-1,))
+            target_weights = ltorch.reshape(ltorch.index_select(weight, 0, kept_targets), tuple(target.shape))
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(ltorch.where(kept, target_weights, 0)))
+        return nll * (1.0 - label_smoothing) + total * (label_smoothing / classes)
+
+    return replacement
 
 
 def autograd_function_apply(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import thunder
+import thunder.torch as ltorch
 import torch
 from thunder.core import interpreter, jit_ext, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
@@ -27,10 +28,12 @@ from thunder.core.transforms import backward_impls
 from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
+from thunder.transforms import autodiff
 
-from thunderplug import aten, distributed, output_grads, thunderfx
+from thunderplug import aten, distributed, inplace_grads, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
+from thunderplug.subclass.values import subclass_flatten
 from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
 
 
@@ -95,9 +98,15 @@ PATCHES: tuple[Patch, ...] = (
         "`__new__` and fail on `Unknown attribute stride`).",
     ),
     Patch(
-        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY, interception.function_apply,
+        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY,
+        lambda original: interception.function_apply(
+            fixes.function_apply_outer_grad_mode(original, lambda: active_core_executor() is not None)
+        ),
         "discover() compilations",
-        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes.",
+        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes. "
+        "thunder bug: a Function whose forward computes its result under `no_grad` returns it tagged detached, so "
+        "its backward is never called (no gradient for its inputs, silently): the output is detached only if grad "
+        "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`.",
     ),
     Patch(
         "tensor method calls", _LOOKASIDES, functools.partial.__call__,
@@ -212,6 +221,21 @@ PATCHES: tuple[Patch, ...] = (
         "execution transform's outputs are renamed to them); thunder's pass does the rest.",
     ),
     Patch(
+        "grad_transform_on_trace", autodiff, "grad_transform_on_trace",
+        lambda original: inplace_grads.keeping_gradient_identity(
+            output_grads.marking_outputs(
+                original, lambda: active_core_executor() is not None, cuts=lambda bsym: bsym.sym == subclass_flatten
+            ),
+            lambda: active_core_executor() is not None,
+        ),
+        "discover() compilations",
+        "thunder marks every output of a function with autograd differentiable; eager does not (`y.cos()` of an "
+        "input without grad, a value computed under `no_grad`, an inner tensor read from a subclass). Which outputs "
+        "an input requiring grad reaches is read from the trace before autodiff, whose `no_grad` tags are right "
+        "(autodiff re-traces ops under the grad mode the function ends in), and those outputs are flagged in the "
+        "joint trace (`mark_non_differentiable`).",
+    ),
+    Patch(
         "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,
         "always (acts only on outputs a discover() trace flagged)",
         "outputs that no input requiring grad reaches do not require grad, as in eager (thunder marks every "
@@ -239,6 +263,14 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder bug: `torch.index_put`'s gradients are matched with the wrong arguments, so `values` silently "
         "gets none; they are returned in the arguments' places.",
+    ),
+    Patch(
+        "cross_entropy label smoothing", ltorch, "_cross_entropy_loss_label_smoothing",
+        lambda original: fixes.cross_entropy_label_smoothing(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: `F.cross_entropy` with `label_smoothing` divides the unmasked smoothing term by the targets "
+        "kept, so a mean loss with `ignore_index` hit is silently wrong; with class weights it squeezes every unit "
+        "dim. ATen's composition instead (its `nll_loss` part runs eager's kernels, `eager_kernels`).",
     ),
     Patch(
         "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",

@@ -1,7 +1,7 @@
 """The ``eager_kernels`` executor: eager PyTorch's own ATen kernels, forward and backward, for ops
 thunder decomposes differently.
 
-Why: thunder differentiates GELU, LayerNorm, softmax, log-softmax, cross-entropy and SDPA through
+Why: thunder differentiates GELU, LayerNorm, softmax, log-softmax, cross-entropy, NLL loss and SDPA through
 its own decompositions into prims. Their values differ from ATen's kernels by an ulp here and there
 (``thunder.jit(F.gelu)`` with grad differs from eager in a third of the elements), and float8
 rounding amplifies that into 1e-4-level loss drift in a float8 transformer, where eager and
@@ -10,7 +10,10 @@ runs (``aten.gelu`` / ``aten.gelu_backward``, ``native_layer_norm`` / ``native_l
 ``_softmax`` / ``_softmax_backward_data``, ``_log_softmax`` / ``_log_softmax_backward_data``,
 ``nll_loss_forward`` / ``nll_loss_backward`` (``nll_loss2d_*`` for inputs of 3 or more dims),
 ``_scaled_dot_product_flash_attention_for_cpu`` and its backward) makes those ops bit-identical
-to eager. On CPU they are also faster than the decompositions run op by op.
+to eager. On CPU they are also faster than the decompositions run op by op. thunder's own NLL-loss
+backward is also wrong for 3-D and 5-D+ inputs (an ``(n, c, 1, -1)`` gradient, or a shape error
+with ``reduction="none"``), which the kernels, fed the shapes ``nll_loss_nd`` feeds them, are not;
+cross-entropy with label smoothing (declined here) reaches them through thunder's composition.
 
 How: one thunder ``OperatorExecutor``; each ltorch symbol gets
 ``register_implementation(symbol, checker=..., execution_transform=..., grad_transform=...)``, the
@@ -109,6 +112,11 @@ def _plain(*values: Any) -> bool:
 def _class_dim(a: TensorProxy) -> int:
     """Where cross-entropy's classes are: the only dim of a 1-D input, else dim 1."""
     return 0 if a.ndim == 1 else 1
+
+
+def _ignored(ignore_index: int | None) -> int:
+    """thunder's ``nll_loss`` receives ``ignore_index=None`` when the caller gave none: eager's -100."""
+    return -100 if ignore_index is None else ignore_index
 
 
 def _float(a: Any) -> bool:
@@ -254,33 +262,65 @@ class _Kernels:
         label_smoothing=0.0,
     ):
         code = _REDUCTIONS[reduction]
-        out, (logp, loss_in, loss_target, total_weight) = self._cross_entropy(a, target, weight, code, ignore_index)
-        grad = get_grad(out)
-        if a.ndim < 3:
-            g_logp = self.nll_loss_backward(grad, logp, target, weight, code, ignore_index, total_weight)
-        else:
-            if code == 0:  # per-element losses: the gradient in the kernel's (n, 1, -1) layout
-                grad = ltorch.reshape(grad, tuple(loss_target.shape))
-            g_loss_in = self.nll_loss2d_backward(grad, loss_in, loss_target, weight, code, ignore_index, total_weight)
-            g_logp = ltorch.reshape(g_loss_in, tuple(a.shape))
+        logp = self.log_softmax(a, _class_dim(a), False)
+        out, saved = self._nll_loss(logp, target, weight, code, ignore_index)
+        g_logp = self._nll_loss_grad(get_grad(out), logp, target, weight, code, ignore_index, *saved)
         put_grad(a, self.log_softmax_backward(g_logp, logp, _class_dim(a), a.dtype))
         return out
 
     def _cross_entropy(self, a, target, weight, code, ignore_index):
-        """The loss and what its backward reads, as ATen's ``cross_entropy_loss`` and ``nll_loss_nd``
-        compute them: 1-D and 2-D inputs through ``nll_loss``, others through ``nll_loss2d`` on an
-        ``(n, c, 1, -1)`` view (a 4-D input as it is)."""
         logp = self.log_softmax(a, _class_dim(a), False)
-        if a.ndim < 3:
+        return self._nll_loss(logp, target, weight, code, ignore_index)
+
+    # nll_loss: what cross_entropy composes; thunder's own backward returns an (n, c, 1, -1) gradient
+    # for 3-D and 5-D+ inputs and reads an unspecified ignore_index as None -------------------------
+
+    @staticmethod
+    def nll_loss_checker(a, /, target, weight=None, ignore_index=None, reduction="mean") -> bool:
+        return (
+            _float(a)
+            and a.ndim >= 1
+            and type(target) is TensorProxy
+            and not dtypes.is_float_dtype(target.dtype)
+            and target.ndim == a.ndim - 1
+            and _plain(weight)
+            and (weight is None or not weight.requires_grad)  # eager raises; thunder's own rule decides
+            and (ignore_index is None or isinstance(ignore_index, int))
+            and reduction in _REDUCTIONS
+        )
+
+    def nll_loss_execute(self, a, /, target, weight=None, ignore_index=None, reduction="mean"):
+        return self._nll_loss(a, target, weight, _REDUCTIONS[reduction], _ignored(ignore_index))[0]
+
+    def nll_loss_grad(self, a, /, target, weight=None, ignore_index=None, reduction="mean"):
+        code, ignore_index = _REDUCTIONS[reduction], _ignored(ignore_index)
+        out, saved = self._nll_loss(a, target, weight, code, ignore_index)
+        put_grad(a, self._nll_loss_grad(get_grad(out), a, target, weight, code, ignore_index, *saved))
+        return out
+
+    def _nll_loss(self, logp, target, weight, code, ignore_index):
+        """The loss and what its backward reads, as ATen's ``nll_loss_nd`` computes them: 1-D and
+        2-D inputs through ``nll_loss``, others through ``nll_loss2d`` on an ``(n, c, 1, -1)`` view
+        (a 4-D input as it is)."""
+        if logp.ndim < 3:
             out, total_weight = self.nll_loss(logp, target, weight, code, ignore_index)
-            return out, (logp, logp, target, total_weight)
-        n, c = a.shape[0], a.shape[1]
-        loss_in = logp if a.ndim == 4 else ltorch.reshape(logp, (n, c, 1, -1))
-        loss_target = target if a.ndim == 4 else ltorch.reshape(target, (n, 1, -1))
+            return out, (logp, target, total_weight)
+        n, c = logp.shape[0], logp.shape[1]
+        loss_in = logp if logp.ndim == 4 else ltorch.reshape(logp, (n, c, 1, -1))
+        loss_target = target if logp.ndim == 4 else ltorch.reshape(target, (n, 1, -1))
         out, total_weight = self.nll_loss2d(loss_in, loss_target, weight, code, ignore_index)
-        if code == 0 and a.ndim != 4:
-            out = ltorch.reshape(out, (n, *a.shape[2:]))
-        return out, (logp, loss_in, loss_target, total_weight)
+        if code == 0 and logp.ndim != 4:
+            out = ltorch.reshape(out, (n, *logp.shape[2:]))
+        return out, (loss_in, loss_target, total_weight)
+
+    def _nll_loss_grad(self, grad, logp, target, weight, code, ignore_index, loss_in, loss_target, total_weight):
+        """The gradient of :meth:`_nll_loss` with respect to ``logp``, in ``logp``'s shape."""
+        if logp.ndim < 3:
+            return self.nll_loss_backward(grad, logp, target, weight, code, ignore_index, total_weight)
+        if code == 0:  # per-element losses: the gradient in the kernel's (n, 1, -1) layout
+            grad = ltorch.reshape(grad, tuple(loss_target.shape))
+        g_loss_in = self.nll_loss2d_backward(grad, loss_in, loss_target, weight, code, ignore_index, total_weight)
+        return ltorch.reshape(g_loss_in, tuple(logp.shape))
 
     # scaled_dot_product_attention: the CPU flash kernel, where eager picks it ------------------
 
@@ -326,6 +366,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch_private("_softmax"): ("softmax_checker", "softmax_execute", "softmax_grad"),
     ltorch.log_softmax: ("softmax_checker", "log_softmax_execute", "log_softmax_grad"),
     ltorch.cross_entropy: ("cross_entropy_checker", "cross_entropy_execute", "cross_entropy_grad"),
+    ltorch.nll_loss: ("nll_loss_checker", "nll_loss_execute", "nll_loss_grad"),
     ltorch.scaled_dot_product_attention: ("sdpa_checker", "sdpa_execute", "sdpa_grad"),
 }
 

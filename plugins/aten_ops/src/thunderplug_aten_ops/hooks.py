@@ -25,6 +25,6 @@ def register_executors(register) -> None:
             eager_kernels.EXECUTOR_NAME,
             eager_kernels.build_executor,
             Priority.BEFORE_AUTODIFF,
-            "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/SDPA",
+            "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/NLL loss/SDPA",
         )
     )

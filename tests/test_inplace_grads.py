@@ -1,0 +1,165 @@
+"""Parameters, buffers and inputs updated in place inside a jitted function: gradients, values and
+losses over several optimizer steps as in eager (thunderplug.inplace_grads). Stock thunder is run
+where it is right (buffers, the error eager raises); where it is wrong a test shows it, so the
+override is not silently a no-op."""
+
+import copy
+
+import pytest
+import thunder
+import torch
+
+import thunderplug
+
+
+class _Model(torch.nn.Module):
+    """A linear layer, a gain and a running buffer; ``update`` changes some of them in ``forward``."""
+
+    def __init__(self, update):
+        super().__init__()
+        self.update = update
+        self.lin = torch.nn.Linear(4, 4)
+        self.gain = torch.nn.Parameter(torch.rand(4) + 1.0)
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x):
+        before = self.update(self, x)
+        out = self.lin(x) * self.gain + self.running
+        return (out if before is None else out + before).pow(2).mean()
+
+
+def _scale_gain_without_grad(model, x):
+    with torch.no_grad():
+        model.gain.mul_(0.9)
+
+
+def _clamp_weight_without_grad(model, x):
+    with torch.no_grad():
+        model.lin.weight.clamp_(-0.3, 0.3)
+
+
+def _set_an_element_without_grad(model, x):
+    with torch.no_grad():
+        model.gain[0] = 1.0
+
+
+def _use_then_scale_without_grad(model, x):
+    before = model.lin(x) + model.gain  # the gain's gradient from before the update counts too
+    with torch.no_grad():
+        model.gain.mul_(0.9).add_(0.01)
+    return before
+
+
+def _running_mean_of_detached_input(model, x):
+    model.running.mul_(0.9).add_(0.1 * x.detach().mean(0))
+
+
+def _running_mean_without_grad(model, x):
+    with torch.no_grad():
+        model.running.mul_(0.9).add_(0.1 * model.lin(x).mean(0))
+
+
+PARAMETER_UPDATES = [
+    _scale_gain_without_grad,
+    _clamp_weight_without_grad,
+    _set_an_element_without_grad,
+    _use_then_scale_without_grad,
+]
+BUFFER_UPDATES = [_running_mean_of_detached_input, _running_mean_without_grad]
+
+
+def _train(model, steps=3):
+    """Losses, gradients and the state after each of ``steps`` SGD steps."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = []
+    for step in range(steps):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
+        loss = model(x)
+        loss.backward()
+        grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append((loss.detach(), grads, {k: v.clone() for k, v in model.state_dict().items()}))
+    return history
+
+
+def _assert_trains_like_eager(update, executors):
+    torch.manual_seed(0)
+    model = _Model(update)
+    eager, jitted = copy.deepcopy(model), copy.deepcopy(model)
+    expected = _train(eager)
+    actual = _train(thunder.jit(jitted, executors=executors) if executors else thunder.jit(jitted))
+    for (loss, grads, state), (want_loss, want_grads, want_state) in zip(actual, expected):
+        torch.testing.assert_close(loss, want_loss)
+        assert all(g is not None for g in want_grads)
+        for got, want in zip(grads, want_grads):
+            torch.testing.assert_close(got, want)
+        for key in want_state:
+            torch.testing.assert_close(state[key], want_state[key])
+
+
+@pytest.mark.parametrize("update", PARAMETER_UPDATES, ids=lambda f: f.__name__.strip("_"))
+def test_parameters_updated_in_forward_train_as_in_eager(update):
+    _assert_trains_like_eager(update, thunderplug.discover(quiet=True))
+
+
+@pytest.mark.parametrize("update", BUFFER_UPDATES, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("executors", ["stock", "discover"])
+def test_buffers_updated_in_forward_train_as_in_eager(update, executors):
+    _assert_trains_like_eager(update, thunderplug.discover(quiet=True) if executors == "discover" else None)
+
+
+def test_stock_thunder_never_trains_a_parameter_updated_without_grad():
+    """What ``inplace_grads`` changes: under stock thunder the gain gets no gradient."""
+    model = thunder.jit(_Model(_scale_gain_without_grad))
+    model(torch.randn(3, 4)).backward()
+    assert model.get_parameter("gain").grad is None
+
+
+def _double_in_place(a):
+    a.mul_(2)
+    return (a * 3).sin().sum()
+
+
+def test_an_input_updated_in_place_with_grad_gets_its_gradient():
+    """A non-leaf input updated in place with grad enabled: the gradient goes through the update to
+    the tensor it was made from (stock thunder returns none: the output does not require grad)."""
+    w = torch.randn(4, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_(True)
+    expected = _double_in_place(w_ref * 1.5)
+    expected.backward()
+    actual = thunder.jit(_double_in_place, executors=thunderplug.discover(quiet=True))(w * 1.5)
+    torch.testing.assert_close(actual, expected)
+    actual.backward()
+    torch.testing.assert_close(w.grad, w_ref.grad)
+    assert not thunder.jit(_double_in_place)(w * 1.5).requires_grad
+
+
+@pytest.mark.parametrize("executors", ["stock", "discover"])
+def test_a_parameter_updated_with_grad_raises_as_in_eager(executors):
+    def update(model, x):
+        model.gain.mul_(0.9)
+
+    message = "a leaf Variable that requires grad is being used in an in-place operation"
+    with pytest.raises(RuntimeError, match=message):
+        _Model(update)(torch.randn(3, 4))
+    model = _Model(update)
+    jitted = thunder.jit(model, executors=thunderplug.discover(quiet=True)) if executors == "discover" else (
+        thunder.jit(model)
+    )
+    with pytest.raises(RuntimeError, match=message):
+        jitted(torch.randn(3, 4))
+
+
+def test_a_parameter_updated_without_grad_while_grad_is_off_returns_no_grad():
+    """Called under ``no_grad``, the update happens and nothing requires grad, as in eager."""
+    torch.manual_seed(0)
+    model = _Model(_scale_gain_without_grad)
+    eager, jitted = copy.deepcopy(model), copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        expected = eager(x)
+        actual = thunder.jit(jitted, executors=thunderplug.discover(quiet=True))(x)
+    torch.testing.assert_close(actual, expected)
+    assert not actual.requires_grad
+    torch.testing.assert_close(jitted.gain, eager.gain)
