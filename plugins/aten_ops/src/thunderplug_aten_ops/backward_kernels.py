@@ -64,6 +64,10 @@ def _rsqrt_backward(grad, result):
     return -0.5 * grad * result.pow(3)
 
 
+def _reciprocal_backward(grad, result):
+    return -grad * (result * result)
+
+
 def _abs_backward(grad, a):
     return grad * a.sgn()
 
@@ -239,6 +243,10 @@ class _Kernels:
         self.softshrink_backward = kernel("softshrink_backward", aten.softshrink_backward.default)
         self.rsqrt = op("rsqrt", aten.rsqrt.default)
         self.rsqrt_backward = formula("rsqrt_backward", _rsqrt_backward)
+        self.reciprocal = op("reciprocal", aten.reciprocal.default)
+        self.reciprocal_backward = formula("reciprocal_backward", _reciprocal_backward)
+        self.glu = op("glu", aten.glu.default)
+        self.glu_backward = kernel("glu_backward", aten.glu_backward.default)
         self.abs = op("abs", aten.abs.default)
         self.abs_backward = formula("abs_backward", _abs_backward)
         self.pow_scalar = op("pow_tensor_scalar", aten.pow.Tensor_Scalar)
@@ -343,6 +351,14 @@ def _selu_params(*, inplace: bool = False) -> tuple:
     return ((_SELU_ALPHA, _SELU_SCALE, 1.0), (_SELU_ALPHA, _SELU_SCALE, 1.0, False))
 
 
+def _aten_elu_params(*, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> tuple:
+    return ((alpha, scale, input_scale), (alpha, scale, input_scale, False))
+
+
+def _glu_params(*, dim: int = -1) -> tuple:
+    return ((dim,), (dim,))
+
+
 def _softplus_params(*, beta: float = 1.0, threshold: float = 20.0) -> tuple:
     return ((beta, threshold), (beta, threshold))
 
@@ -396,6 +412,14 @@ class _Rules:
     def rsqrt_grad(self, a, /):
         out = self.k.rsqrt(a)
         put_grad(a, self.k.rsqrt_backward(get_grad(out), out))
+        return out
+
+    def reciprocal_execute(self, a, /):
+        return self.k.reciprocal(a)
+
+    def reciprocal_grad(self, a, /):
+        out = self.k.reciprocal(a)
+        put_grad(a, self.k.reciprocal_backward(get_grad(out), out))
         return out
 
     def abs_execute(self, a, /):
@@ -535,12 +559,14 @@ _ACTIVATIONS: dict[Any, tuple[str, str, str, Callable[..., tuple]]] = {
     ltorch.logsigmoid: ("log_sigmoid", "log_sigmoid_backward", "input", _no_params),
     ltorch.hardshrink: ("hardshrink", "hardshrink_backward", "input", _shrink_params),
     ltorch.softshrink: ("softshrink", "softshrink_backward", "input", _shrink_params),
+    ltorch.glu: ("glu", "glu_backward", "input", _glu_params),
 }
 
 #: other ops: ltorch symbol -> (checker, execution transform, grad transform) names on :class:`_Rules`
 _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.pow: ("pow_checker", "pow_execute", "pow_grad"),
     ltorch.rsqrt: ("unary_checker", "rsqrt_execute", "rsqrt_grad"),
+    ltorch.reciprocal: ("unary_checker", "reciprocal_execute", "reciprocal_grad"),
     ltorch.abs: ("unary_checker", "abs_execute", "abs_grad"),
     ltorch.maximum: ("binary_checker", "maximum_execute", "maximum_grad"),
     ltorch.minimum: ("binary_checker", "minimum_execute", "minimum_grad"),
@@ -552,16 +578,37 @@ _RULES: dict[Any, tuple[str, str, str]] = {
 }
 
 
+#: ATen overloads the aten_ops plugin decomposes itself (what ``torch.ops.aten`` calls and subclass
+#: programs compile to), by symbol id: the rule of the ltorch symbol with the same arguments, or
+#: (elu's scales) of its own. The others forward to the ltorch symbols above (forwards.py).
+_ATEN_ACTIVATIONS: dict[str, tuple[str, str, str, Callable[..., tuple]]] = {
+    "torch.ops.aten.hardtanh.default": _ACTIVATIONS[ltorch.hardtanh],
+    "torch.ops.aten.leaky_relu.default": _ACTIVATIONS[ltorch.leaky_relu],
+    "torch.ops.aten.elu.default": ("elu", "elu_backward_input_last", "input", _aten_elu_params),
+}
+_ATEN_RULES: dict[str, tuple[str, str, str]] = {
+    "torch.ops.aten.pow.Tensor_Scalar": _RULES[ltorch.pow],
+    "torch.ops.aten.pow.Tensor_Tensor": _RULES[ltorch.pow],
+    "torch.ops.aten.maximum.default": _RULES[ltorch.maximum],
+    "torch.ops.aten.minimum.default": _RULES[ltorch.minimum],
+    "torch.ops.aten.clamp.default": _RULES[ltorch.clamp],
+    "torch.ops.aten.clamp.Tensor": _RULES[ltorch.clamp],
+    "torch.ops.aten.amax.default": _RULES[ltorch.amax],
+    "torch.ops.aten.amin.default": _RULES[ltorch.amin],
+    "torch.ops.aten.max.default": _RULES[ltorch.torch_max],
+}
+
+
 def claimed_symbols() -> tuple[Any, ...]:
-    """The ltorch symbols this executor may take (documentation and tests)."""
-    return (*_ACTIVATIONS, *_RULES)
+    """The ltorch symbols and ATen symbol ids this executor may take (documentation and tests)."""
+    return (*_ACTIVATIONS, *_RULES, *_ATEN_ACTIVATIONS, *_ATEN_RULES)
 
 
 def build_executor() -> OperatorExecutor:
     """The executor (not added to thunder's global executor registry: ``discover()`` lists it)."""
     executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
     kernels = _Kernels(executor)
-    for symbol, (forward, backward, reads, params) in _ACTIVATIONS.items():
+    for symbol, (forward, backward, reads, params) in (*_ACTIVATIONS.items(), *_ATEN_ACTIVATIONS.items()):
         checker, execute, grad = _unary(forward, backward, reads=reads, extra=params)
         executor.register_implementation(
             symbol,
@@ -570,7 +617,7 @@ def build_executor() -> OperatorExecutor:
             grad_transform=lambda *a, _f=grad, **kw: _f(kernels, *a, **kw),
         )
     rules = _Rules(kernels)
-    for symbol, names in _RULES.items():
+    for symbol, names in (*_RULES.items(), *_ATEN_RULES.items()):
         checker, execute, grad = (getattr(rules, name) for name in names)
         executor.register_implementation(symbol, checker=checker, execution_transform=execute, grad_transform=grad)
     return executor
