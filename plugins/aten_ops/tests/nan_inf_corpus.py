@@ -15,17 +15,14 @@ another input's, so binary ops see NaN against a number as well as NaN against N
 ``error`` (thunder raised where eager did not: loud), ``skip`` (eager raised, nothing floating,
 untraceable, random or outside the ATen scope of opinfo_harness).
 
-Run directly for counts (``python plugins/aten_ops/tests/nan_inf_corpus.py --help``);
-scripts/nan_inf.py writes them to docs/nan_inf.md.
+scripts/nan_inf.py runs it under three compilers and writes the counts to docs/nan_inf.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -140,12 +137,13 @@ def cases(full: bool | None = None) -> list[tuple[str, int, str]]:
 
 
 def inject(t: torch.Tensor, k: int) -> torch.Tensor:
-    """``t`` with :data:`SPECIALS` written at positions that depend on ``k`` (the input's index)."""
+    """``t`` with :data:`SPECIALS` written at positions that depend on ``k`` (the input's index);
+    where positions coincide (small tensors) the earlier special wins: a 1-element input is NaN."""
     t = t.detach().clone()
     if not t.is_floating_point() or t.numel() == 0:
         return t
     flat = t.view(-1) if t.is_contiguous() else t.reshape(-1)
-    for j, value in enumerate(SPECIALS):
+    for j, value in reversed(list(enumerate(SPECIALS))):
         flat[(2 * k + 3 * j) % t.numel()] = value
     return flat.view(t.shape) if t.is_contiguous() else flat.reshape(t.shape)
 
@@ -278,30 +276,3 @@ def compilers() -> dict[str, tuple[Callable[[Callable], Callable], tuple[str, ..
         "discover() without eager_backward_kernels": (lambda f: thunder.jit(f, executors=before), PATHS),
         "stock thunder.jit": (thunder.jit, ("torch",)),
     }
-
-
-def count(outcomes: Iterable[Outcome]) -> collections.Counter:
-    return collections.Counter(o.status for o in outcomes)
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, list[Outcome]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help=f"every float32 OpInfo, every sample (or {FULL_FLAG}=1)")
-    parser.add_argument("--only", nargs="*", help="OpInfo ids to run")
-    parser.add_argument("--show", choices=("wrong", "error", "all"), default=None, help="print these outcomes")
-    args = parser.parse_args(argv)
-    full = args.full or os.environ.get(FULL_FLAG) == "1"
-    todo = [c for c in cases(full) if not args.only or c[0] in args.only]
-    results: dict[str, list[Outcome]] = {}
-    for name, (jit, paths) in compilers().items():
-        outcomes = [run(op_id, index, path, jit) for op_id, index, path in todo if path in paths]
-        results[name] = outcomes
-        print(f"{name}: {dict(count(outcomes))}")
-        for o in outcomes:
-            if args.show == "all" or o.status == args.show:
-                print(f"  {o.status:5} {o.path:5} {o.op_id}[{o.sample}] {o.detail}")
-    return results
-
-
-if __name__ == "__main__":
-    main()

@@ -164,6 +164,16 @@ def _logsumexp_backward(grad, a, result, dims, keepdim):
     return grad * (a - result).exp()
 
 
+def _normalize_backward(grad, a, p, dim, eps):
+    """``F.normalize`` is composite in eager (``a / vector_norm(a).clamp_min(eps)``): its backward
+    is eager autograd's through that composition (``norm_backward`` masks the zeros a p < 1 norm
+    would turn into NaN), recomputed from the input as thunder's own auto-registered torch ops do."""
+    with torch.enable_grad():
+        a = a.detach().requires_grad_()
+        (found,) = torch.autograd.grad(torch.nn.functional.normalize(a, p, dim, eps), a, grad)
+    return found
+
+
 # -- operators -----------------------------------------------------------------------------------
 
 
@@ -267,6 +277,8 @@ class _Kernels:
         self.full_max_backward = formula("max_backward", _full_max_backward)
         self.logsumexp = op("logsumexp", aten.logsumexp.default)
         self.logsumexp_backward = formula("logsumexp_backward", _logsumexp_backward)
+        self.normalize = _formula(executor, "eager_normalize", torch.nn.functional.normalize, (0,))
+        self.normalize_backward = formula("normalize_backward", _normalize_backward)
         self.max_dim = _operator(executor, "eager_max_dim", aten.max.dim, differentiable=(0,))
         self.max_dim_backward = formula("max_dim_backward", _max_dim_backward)
 
@@ -481,6 +493,20 @@ class _Rules:
             put_grad(t, g)
         return out
 
+    # normalize ------------------------------------------------------------------------------
+
+    @staticmethod
+    def normalize_checker(a: Any, /, p: float = 2.0, dim: Any = 1, eps: float = 1e-12, out: Any = None) -> bool:
+        return _float(a) and out is None and isinstance(p, (int, float)) and not isinstance(p, bool)
+
+    def normalize_execute(self, a, /, p=2.0, dim=1, eps=1e-12, out=None):
+        return self.k.normalize(a, p, dim, eps)
+
+    def normalize_grad(self, a, /, p=2.0, dim=1, eps=1e-12, out=None):
+        result = self.k.normalize(a, p, dim, eps)
+        put_grad(a, self.k.normalize_backward(get_grad(result), a, p, dim, eps))
+        return result
+
     # amax / amin / max / logsumexp ----------------------------------------------------------
 
     @staticmethod
@@ -574,6 +600,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.amax: ("reduction_checker", "amax_execute", "amax_grad"),
     ltorch.amin: ("reduction_checker", "amin_execute", "amin_grad"),
     ltorch.torch_max: ("max_checker", "max_execute", "max_grad"),
+    ltorch.normalize: ("normalize_checker", "normalize_execute", "normalize_grad"),
     ltorch.logsumexp: ("logsumexp_checker", "logsumexp_execute", "logsumexp_grad"),
 }
 
