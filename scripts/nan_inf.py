@@ -2,7 +2,7 @@
 discover(), under discover() without the eager_backward_kernels executor (thunderplug before it)
 and under stock thunder.jit: counts per outcome, and every case that is not a pass.
 
-    .venv/bin/python scripts/nan_inf.py           # CURATED OpInfos, 3 samples each (~7 minutes)
+    .venv/bin/python scripts/nan_inf.py           # CURATED OpInfos, 2 samples each (~5 minutes)
     .venv/bin/python scripts/nan_inf.py --full    # every float32 OpInfo and sample (hours)
 """
 

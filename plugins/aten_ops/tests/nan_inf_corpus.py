@@ -96,7 +96,7 @@ CURATED = (
     "linalg.vector_norm",
 )
 #: samples per OpInfo in the default run (the full run takes them all)
-DEFAULT_SAMPLES = 3
+DEFAULT_SAMPLES = 2
 
 
 @dataclass(frozen=True)
