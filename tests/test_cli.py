@@ -62,7 +62,9 @@ def test_plugins_table_snapshot_and_no_thunder_import_warning():
     assert result.returncode == 0, result.stderr
     assert "transformer_engine module not found" not in result.stderr
     table, _, order = result.stdout.rpartition("\ndiscover() returns, in this order: ")
-    assert order.startswith("thunderplug, thunderplug_broadcast_grads, eager_kernels, float8, aten")
+    assert order.startswith(
+        "thunderplug, thunderplug_broadcast_grads, eager_backward_kernels, eager_kernels, float8, aten"
+    )
     assert_snapshot("plugins.txt", table + "\n")
 
 
@@ -71,7 +73,7 @@ def test_plugins_json_has_statuses_hooks_and_the_executor_order():
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     by_name = {r["name"]: r for r in report["plugins"]}
-    assert by_name["aten_ops"]["executors"] == ["aten", "eager_kernels"]
+    assert by_name["aten_ops"]["executors"] == ["aten", "eager_kernels", "eager_backward_kernels"]
     assert by_name["aten_ops"]["module"] == "thunderplug_aten_ops.hooks"
     assert "register_aten_ops" in by_name["aten_ops"]["hooks"]
     assert by_name["thunderplug"]["builtin"] and by_name["thunderplug"]["status"] == "active"

@@ -343,7 +343,7 @@ def test_allowlist_keeps_thunderplugs_own_executors():
     assert found["thunderplug"].status is Status.ACTIVE and found["thunderplug"].builtin
     assert found["float8"].status is Status.DISABLED
     names = [ex.name for ex in thunderplug.discover(host=host, include_defaults=False)]
-    assert names == ["thunderplug", "thunderplug_broadcast_grads", "eager_kernels", "aten"]
+    assert names == ["thunderplug", "thunderplug_broadcast_grads", "eager_backward_kernels", "eager_kernels", "aten"]
     blocked = PluginHost(environ={"THUNDERPLUG_DISABLE": "thunderplug_broadcast_grads"})
     assert statuses(blocked)["thunderplug_broadcast_grads"].status is Status.DISABLED
     assert "thunderplug_broadcast_grads" not in [ex.name for ex in thunderplug.discover(host=blocked)]

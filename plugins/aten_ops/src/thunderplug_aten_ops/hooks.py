@@ -28,3 +28,13 @@ def register_executors(register) -> None:
             "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/NLL loss/SDPA",
         )
     )
+    from thunderplug_aten_ops import backward_kernels
+
+    register(
+        ExecutorSpec(
+            backward_kernels.EXECUTOR_NAME,
+            backward_kernels.build_executor,
+            Priority.BEFORE_AUTODIFF,
+            "eager's kernels and derivative formulas, forward and backward, for activations, clamp, pow, max/min",
+        )
+    )

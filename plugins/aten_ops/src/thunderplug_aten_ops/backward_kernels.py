@@ -1,0 +1,650 @@
+"""The ``eager_backward_kernels`` executor: activations, clamps, powers, element-wise and reduced
+maxima run as eager autograd runs them, forward and backward.
+
+Why: with gradients enabled thunder differentiates these ops through its own decompositions and
+rules, which differ from eager in two ways.
+
+* NaN and inf: ``relu`` becomes ``where(x > 0, x, 0)`` (``relu(NaN)`` is 0, so a diverged model
+  reports a finite loss), ``clamp``'s rule passes the gradient of NaN and drops the one at the
+  bounds, ``torch.max(x)`` distributes its gradient over the elements equal to a NaN maximum
+  (none), ``max(x, dim)`` splits it among ties where eager gives it to the index it returns.
+* ulps: ``tanh``, ``sigmoid``, ``silu``, ``softplus``, ``pow``, ``rsqrt``... have backward
+  formulas that are mathematically eager's but rounded differently (``tanh`` and ``silu`` 2.4e-7,
+  ``pow(x, 3)`` 7.6e-6 on one op; AdamW amplifies it over a few steps).
+
+How: like :mod:`thunderplug_aten_ops.eager_kernels` (and in the same way: one
+``OperatorExecutor``, ``register_implementation(symbol, checker, execution_transform,
+grad_transform)`` on thunder's own symbols, placed before autodiff). The forward is ATen's kernel;
+the backward is ATen's backward kernel where eager's autograd calls one (``threshold_backward``,
+``hardtanh_backward``, ``tanh_backward``, ``silu_backward``, ...), else eager's derivative formula
+(``derivatives.yaml`` / ``FunctionsManual.cpp``) written with the same torch calls in the same
+order and run as one operator, so no fuser regroups it. Gradients of broadcast operands are summed
+back with ``sum_to_size`` and cast to the input's dtype, as eager's autograd engine does.
+
+Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
+``inplace=True`` and argument forms eager would route to another kernel. ``discover(
+exclude=["eager_backward_kernels"])`` turns the executor off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from numbers import Number
+from typing import Any
+
+import thunder.torch as ltorch
+import torch
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor
+
+from thunderplug.fake import to_torch_value
+from thunderplug_aten_ops.eager_kernels import _float, _operator
+
+EXECUTOR_NAME = "eager_backward_kernels"
+aten = torch.ops.aten
+
+#: eager's SELU constants (``at::native``'s ``SELU_ALPHA`` / ``SELU_SCALE``)
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+# -- eager's derivative formulas, as torch calls on real tensors ---------------------------------
+
+
+def _as_input(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """What eager's autograd engine does to a gradient before handing it to an input: sum it to the
+    input's shape (a broadcast operand), then cast it to the input's dtype."""
+    if grad.shape != like.shape:
+        grad = grad.sum_to_size(like.shape)
+    return grad.to(like.dtype) if grad.dtype != like.dtype else grad
+
+
+def _rsqrt_backward(grad, result):
+    return -0.5 * grad * result.pow(3)
+
+
+def _reciprocal_backward(grad, result):
+    return -grad * (result * result)
+
+
+def _abs_backward(grad, a):
+    return grad * a.sgn()
+
+
+def _pow_scalar_backward(grad, a, exponent):
+    """``pow_backward(grad, self, Scalar exponent)``."""
+    if exponent == 0:
+        return torch.zeros_like(a)
+    exponent = float(exponent)
+    return grad * (exponent * a.pow(exponent - 1))
+
+
+def _pow_tensor_backward(grad, a, exponent, result):
+    """``pow_backward_self`` and ``pow_backward_exponent`` for a tensor exponent."""
+    zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+    grad_a = torch.where(exponent == 0.0, zero, grad * (exponent * a.pow(exponent - 1)))
+    at_zero = torch.logical_and(a == 0, exponent >= 0)
+    grad_exponent = grad * torch.where(at_zero, zero, result * a.to(torch.result_type(a, exponent)).log())
+    return _as_input(grad_a, a), _as_input(grad_exponent, exponent)
+
+
+def _maximum_backward(grad, a, b, smaller_is_kept: bool):
+    """``maximum``'s (``minimum``'s with ``smaller_is_kept``) rule: half each to ties, nothing to
+    the operand that lost; NaN compares false both ways, so both operands of a NaN get it all."""
+    shared = torch.where(a == b, grad / 2, grad)
+    a_lost, b_lost = (a > b, a < b) if smaller_is_kept else (a < b, a > b)
+    return _as_input(shared.masked_fill(a_lost, 0), a), _as_input(shared.masked_fill(b_lost, 0), b)
+
+
+def _clamp_backward(grad, a, low, high):
+    """``clamp_backward`` (both bound kinds): the gradient where ``low <= a <= high``, bounds
+    included; a NaN ``a`` compares false and gets none."""
+    zero = torch.scalar_tensor(0.0, dtype=grad.dtype, device=grad.device)
+    if low is not None and high is not None:
+        kept = (a >= low).logical_and_(a <= high)
+    elif low is not None:
+        kept = a >= low
+    else:
+        kept = a <= high
+    return torch.where(kept, grad, zero)
+
+
+def _clamp_tensor_backward(grad, a, low, high):
+    """``clamp_backward`` and ``clamp_backward_min_max`` for tensor bounds (``None`` where a
+    bound is absent); each gradient summed to its operand's shape."""
+    zero = torch.scalar_tensor(0.0, dtype=grad.dtype, device=grad.device)
+    grads = [_as_input(_clamp_backward(grad, a, low, high), a)]
+    if low is not None and high is not None:
+        grads.append(_as_input(torch.where((a < low).logical_and_(low < high), grad, zero), low))
+        grads.append(_as_input(torch.where((a > high).logical_or_(high < low), grad, zero), high))
+    elif low is not None:
+        grads.append(_as_input(torch.where(a < low, grad, zero), low))
+    else:
+        grads.append(_as_input(torch.where(a > high, grad, zero), high))
+    return tuple(grads)
+
+
+def _restore_reduced_dims(t, dims: Sequence[int], ndim: int, keepdim: bool):
+    """``restore_reduced_dims``: size-1 dims back where a reduction without keepdim removed them."""
+    if keepdim or not dims:  # no dims: all of them, and the result is 0-dim either way
+        return t
+    reduced = {d % ndim for d in dims} if ndim else set()
+    sizes, rest = [], iter(t.shape)
+    for i in range(ndim):
+        sizes.append(1 if i in reduced else next(rest))
+    return t.reshape(sizes)
+
+
+def _amax_backward(grad, a, result, dims, keepdim):
+    """``amax`` / ``amin``: ``scale_grad_by_count`` over the elements equal to the result (a NaN
+    result equals none of them: the count is 0 and the gradient NaN, as in eager)."""
+    mask = _restore_reduced_dims(result, dims, a.ndim, keepdim) == a
+    return (_restore_reduced_dims(grad, dims, a.ndim, keepdim) / mask.sum(list(dims), True)) * mask
+
+
+def _full_max_backward(grad, a, result):
+    """``evenly_distribute_backward`` (``torch.max(x)`` / ``torch.min(x)`` without dim): shared
+    by the elements equal to the result, or by the NaNs when the result is NaN."""
+    mask = a.isnan() if result.isnan().item() else a == result
+    return grad.new_zeros(a.shape).masked_fill_(mask, grad / mask.sum())
+
+
+def _max_dim_backward(grad, a, indices, dim, keepdim):
+    """``value_selecting_reduction_backward``: all of it to the index ``max(x, dim)`` returned."""
+    if not keepdim and a.ndim:
+        grad, indices = grad.unsqueeze(dim), indices.unsqueeze(dim)
+    return torch.zeros(a.shape, dtype=grad.dtype, device=grad.device).scatter_(dim, indices, grad)
+
+
+def _logsumexp_backward(grad, a, result, dims, keepdim):
+    if not keepdim and a.ndim:
+        for d in sorted(d % a.ndim for d in dims):
+            grad, result = grad.unsqueeze(d), result.unsqueeze(d)
+    return grad * (a - result).exp()
+
+
+def _normalize_backward(grad, a, p, dim, eps):
+    """``F.normalize`` is composite in eager (``a / vector_norm(a).clamp_min(eps)``): its backward
+    is eager autograd's through that composition (``norm_backward`` masks the zeros a p < 1 norm
+    would turn into NaN), recomputed from the input as thunder's own auto-registered torch ops do."""
+    with torch.enable_grad():
+        a = a.detach().requires_grad_()
+        (found,) = torch.autograd.grad(torch.nn.functional.normalize(a, p, dim, eps), a, grad)
+    return found
+
+
+# -- operators -----------------------------------------------------------------------------------
+
+
+def _formula(executor: OperatorExecutor, name: str, fn: Callable[..., Any], outputs: Sequence[int]):
+    """An operator running ``fn`` (one of eager's formulas above) on real tensors; its outputs are
+    shaped like the arguments at ``outputs`` (the inputs whose gradients it computes)."""
+
+    def like(t: TensorProxy) -> TensorProxy:
+        return TensorProxy(shape=tuple(t.shape), dtype=t.dtype, device=t.device, requires_grad=False)
+
+    def meta(*args: Any) -> Any:
+        found = tuple(like(args[i]) for i in outputs if args[i] is not None)
+        return found[0] if len(outputs) == 1 else found
+
+    def run(*args: Any) -> Any:
+        return fn(*(to_torch_value(a) for a in args))
+
+    return executor.register_operator(name, meta=meta, fn=run)
+
+
+def _dims(a: TensorProxy, dim: Any) -> list[int]:
+    """A reduction's ``dim`` as ATen's ``int[]`` (``None``: all of them, as an empty list)."""
+    if dim is None:
+        return []
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _is_bound(x: Any) -> bool:
+    return x is None or (isinstance(x, Number) and not isinstance(x, bool))
+
+
+def _is_tensor_bound(x: Any) -> bool:
+    return x is None or _float(x)
+
+
+class _Kernels:
+    """The operators of one executor (built once, by :func:`build_executor`)."""
+
+    def __init__(self, executor: OperatorExecutor):
+        def op(name: str, overload: Any) -> Any:
+            return _operator(executor, f"eager_{name}", overload, differentiable=(0,))
+
+        def kernel(name: str, overload: Any) -> Any:
+            return _operator(executor, f"eager_{name}", overload)
+
+        def formula(name: str, fn: Callable[..., Any], outputs: Sequence[int] = (1,)) -> Any:
+            return _formula(executor, f"eager_{name}", fn, outputs)
+
+        self.relu = op("relu", aten.relu.default)
+        self.threshold = op("threshold", aten.threshold.default)
+        self.threshold_backward = kernel("threshold_backward", aten.threshold_backward.default)
+        self.hardtanh = op("hardtanh", aten.hardtanh.default)
+        self.hardtanh_backward = kernel("hardtanh_backward", aten.hardtanh_backward.default)
+        self.leaky_relu = op("leaky_relu", aten.leaky_relu.default)
+        self.leaky_relu_backward = kernel("leaky_relu_backward", aten.leaky_relu_backward.default)
+        self.elu = op("elu", aten.elu.default)
+        self.elu_backward = kernel("elu_backward", aten.elu_backward.default)
+        self.tanh = op("tanh", aten.tanh.default)
+        self.tanh_backward = kernel("tanh_backward", aten.tanh_backward.default)
+        self.sigmoid = op("sigmoid", aten.sigmoid.default)
+        self.sigmoid_backward = kernel("sigmoid_backward", aten.sigmoid_backward.default)
+        self.silu = op("silu", aten.silu.default)
+        self.silu_backward = kernel("silu_backward", aten.silu_backward.default)
+        self.softplus = op("softplus", aten.softplus.default)
+        self.softplus_backward = kernel("softplus_backward", aten.softplus_backward.default)
+        self.hardswish = op("hardswish", aten.hardswish.default)
+        self.hardswish_backward = kernel("hardswish_backward", aten.hardswish_backward.default)
+        self.hardsigmoid = op("hardsigmoid", aten.hardsigmoid.default)
+        self.hardsigmoid_backward = kernel("hardsigmoid_backward", aten.hardsigmoid_backward.default)
+        self.mish = op("mish", aten.mish.default)
+        self.mish_backward = kernel("mish_backward", aten.mish_backward.default)
+        self.log_sigmoid = op("log_sigmoid_forward", aten.log_sigmoid_forward.default)
+        self.log_sigmoid_backward = kernel("log_sigmoid_backward", aten.log_sigmoid_backward.default)
+        self.hardshrink = op("hardshrink", aten.hardshrink.default)
+        self.hardshrink_backward = kernel("hardshrink_backward", aten.hardshrink_backward.default)
+        self.softshrink = op("softshrink", aten.softshrink.default)
+        self.softshrink_backward = kernel("softshrink_backward", aten.softshrink_backward.default)
+        self.rsqrt = op("rsqrt", aten.rsqrt.default)
+        self.rsqrt_backward = formula("rsqrt_backward", _rsqrt_backward)
+        self.reciprocal = op("reciprocal", aten.reciprocal.default)
+        self.reciprocal_backward = formula("reciprocal_backward", _reciprocal_backward)
+        self.glu = op("glu", aten.glu.default)
+        self.glu_backward = kernel("glu_backward", aten.glu_backward.default)
+        self.abs = op("abs", aten.abs.default)
+        self.abs_backward = formula("abs_backward", _abs_backward)
+        self.pow_scalar = op("pow_tensor_scalar", aten.pow.Tensor_Scalar)
+        self.pow_scalar_backward = formula("pow_scalar_backward", _pow_scalar_backward)
+        self.pow_tensor = op("pow_tensor_tensor", aten.pow.Tensor_Tensor)
+        self.pow_tensor_backward = formula("pow_tensor_backward", _pow_tensor_backward, (1, 2))
+        self.maximum = op("maximum", aten.maximum.default)
+        self.minimum = op("minimum", aten.minimum.default)
+        self.maximum_backward = formula("maximum_backward", _maximum_backward, (1, 2))
+        self.clamp = op("clamp", aten.clamp.default)
+        self.clamp_backward = formula("clamp_backward", _clamp_backward)
+        self.clamp_tensor = op("clamp_tensor", aten.clamp.Tensor)
+        self.clamp_tensor_backward = formula("clamp_tensor_backward", _clamp_tensor_backward, (1, 2, 3))
+        self.amax = op("amax", aten.amax.default)
+        self.amin = op("amin", aten.amin.default)
+        self.amax_backward = formula("amax_backward", _amax_backward)
+        self.full_max = op("max", aten.max.default)
+        self.full_max_backward = formula("max_backward", _full_max_backward)
+        self.logsumexp = op("logsumexp", aten.logsumexp.default)
+        self.logsumexp_backward = formula("logsumexp_backward", _logsumexp_backward)
+        self.normalize = _formula(executor, "eager_normalize", torch.nn.functional.normalize, (0,))
+        self.normalize_backward = formula("normalize_backward", _normalize_backward)
+        self.max_dim = _operator(executor, "eager_max_dim", aten.max.dim, differentiable=(0,))
+        self.max_dim_backward = formula("max_dim_backward", _max_dim_backward)
+
+    def threshold_backward_at_zero(self, grad: TensorProxy, result: TensorProxy) -> TensorProxy:
+        """``relu``'s backward: ``threshold_backward(grad, result, 0)``."""
+        return self.threshold_backward(grad, result, 0)
+
+    def elu_backward_input_last(self, grad, a, alpha, scale, input_scale, is_result):
+        """``elu_backward(grad, alpha, scale, input_scale, is_result, self)``: the input comes last."""
+        return self.elu_backward(grad, alpha, scale, input_scale, is_result, a)
+
+
+def _unary(forward: str, backward: str, *, reads: str, extra: Callable[..., tuple] = lambda **kw: ()):
+    """Checker, execution and grad transforms of a one-input activation: ``forward(a, *extra)``
+    then ``backward(grad, <a or the result>, *extra-for-backward)``.
+
+    ``reads`` is ``"input"`` or ``"result"`` (what ATen's backward kernel reads); ``extra`` maps the
+    symbol's keyword arguments to ``(forward_args, backward_args)``.
+    """
+
+    def split(args: tuple, kwargs: dict) -> tuple[TensorProxy, tuple, tuple, bool]:
+        a, *rest = args
+        params = dict(kwargs)
+        names = extra.__code__.co_varnames[: extra.__code__.co_kwonlyargcount]
+        params.update(zip(names, rest))
+        inplace = params.pop("inplace", False)
+        fwd, bwd = extra(**params) or ((), ())
+        return a, fwd, bwd, inplace
+
+    def checker(*args: Any, **kwargs: Any) -> bool:
+        a, _, _, inplace = split(args, kwargs)
+        return _float(a) and not inplace
+
+    def execute(kernels: _Kernels, *args: Any, **kwargs: Any) -> TensorProxy:
+        a, fwd, _, _ = split(args, kwargs)
+        out = getattr(kernels, forward)(a, *fwd)
+        return out[0] if isinstance(out, tuple) else out
+
+    def grad(kernels: _Kernels, *args: Any, **kwargs: Any) -> TensorProxy:
+        a, fwd, bwd, _ = split(args, kwargs)
+        out = getattr(kernels, forward)(a, *fwd)
+        saved: tuple = ()
+        if isinstance(out, tuple):  # log_sigmoid_forward: (result, buffer)
+            out, *rest = out
+            saved = tuple(rest)
+        read = a if reads == "input" else out
+        put_grad(a, getattr(kernels, backward)(get_grad(out), read, *bwd, *saved))
+        return out
+
+    return checker, execute, grad
+
+
+def _no_params(*, inplace: bool = False) -> tuple:
+    return ((), ())
+
+
+def _threshold_params(*, threshold: float, value: float, inplace: bool = False) -> tuple:
+    return ((threshold, value), (threshold,))
+
+
+def _hardtanh_params(*, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> tuple:
+    return ((min_val, max_val), (min_val, max_val))
+
+
+def _relu6_params(*, inplace: bool = False) -> tuple:
+    return ((0.0, 6.0), (0.0, 6.0))
+
+
+def _leaky_relu_params(*, negative_slope: float = 0.01, inplace: bool = False) -> tuple:
+    return ((negative_slope,), (negative_slope, False))
+
+
+def _elu_params(*, alpha: float = 1.0, inplace: bool = False) -> tuple:
+    return ((alpha, 1.0, 1.0), (alpha, 1.0, 1.0, False))
+
+
+def _celu_params(*, alpha: float = 1.0, inplace: bool = False) -> tuple:
+    return ((alpha, 1.0, 1.0 / alpha), (alpha, 1.0, 1.0 / alpha, False))
+
+
+def _selu_params(*, inplace: bool = False) -> tuple:
+    return ((_SELU_ALPHA, _SELU_SCALE, 1.0), (_SELU_ALPHA, _SELU_SCALE, 1.0, False))
+
+
+def _aten_elu_params(*, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> tuple:
+    return ((alpha, scale, input_scale), (alpha, scale, input_scale, False))
+
+
+def _glu_params(*, dim: int = -1) -> tuple:
+    return ((dim,), (dim,))
+
+
+def _softplus_params(*, beta: float = 1.0, threshold: float = 20.0) -> tuple:
+    return ((beta, threshold), (beta, threshold))
+
+
+def _shrink_params(*, lambd: float = 0.5) -> tuple:
+    return ((lambd,), (lambd,))
+
+
+# -- multi-input rules ---------------------------------------------------------------------------
+
+
+class _Rules:
+    """Checkers, execution transforms and grad transforms that are not one-input activations."""
+
+    def __init__(self, kernels: _Kernels):
+        self.k = kernels
+
+    # pow ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def pow_checker(a: Any, b: Any, /) -> bool:
+        if not _float(a):
+            return False
+        if isinstance(b, TensorProxy):  # a float exponent of a's dtype: no promotion of `a`
+            return _float(b) and b.dtype == a.dtype
+        return isinstance(b, Number) and not isinstance(b, (bool, complex))
+
+    def pow_execute(self, a, b, /):
+        return self.k.pow_tensor(a, b) if isinstance(b, TensorProxy) else self.k.pow_scalar(a, b)
+
+    def pow_grad(self, a, b, /):
+        if isinstance(b, TensorProxy):
+            out = self.k.pow_tensor(a, b)
+            ga, gb = self.k.pow_tensor_backward(get_grad(out), a, b, out)
+            put_grad(a, ga)
+            put_grad(b, gb)
+            return out
+        out = self.k.pow_scalar(a, b)
+        put_grad(a, self.k.pow_scalar_backward(get_grad(out), a, b))
+        return out
+
+    # rsqrt, abs -----------------------------------------------------------------------------
+
+    @staticmethod
+    def unary_checker(a: Any, /) -> bool:
+        return _float(a)
+
+    def rsqrt_execute(self, a, /):
+        return self.k.rsqrt(a)
+
+    def rsqrt_grad(self, a, /):
+        out = self.k.rsqrt(a)
+        put_grad(a, self.k.rsqrt_backward(get_grad(out), out))
+        return out
+
+    def reciprocal_execute(self, a, /):
+        return self.k.reciprocal(a)
+
+    def reciprocal_grad(self, a, /):
+        out = self.k.reciprocal(a)
+        put_grad(a, self.k.reciprocal_backward(get_grad(out), out))
+        return out
+
+    def abs_execute(self, a, /):
+        return self.k.abs(a)
+
+    def abs_grad(self, a, /):
+        out = self.k.abs(a)
+        put_grad(a, self.k.abs_backward(get_grad(out), a))
+        return out
+
+    # maximum / minimum ----------------------------------------------------------------------
+
+    @staticmethod
+    def binary_checker(a: Any, b: Any, /) -> bool:
+        return _float(a) and _float(b)
+
+    def maximum_execute(self, a, b, /):
+        return self.k.maximum(a, b)
+
+    def maximum_grad(self, a, b, /):
+        return self._extremum_grad(self.k.maximum, a, b, False)
+
+    def minimum_execute(self, a, b, /):
+        return self.k.minimum(a, b)
+
+    def minimum_grad(self, a, b, /):
+        return self._extremum_grad(self.k.minimum, a, b, True)
+
+    def _extremum_grad(self, forward, a, b, smaller_is_kept):
+        out = forward(a, b)
+        ga, gb = self.k.maximum_backward(get_grad(out), a, b, smaller_is_kept)
+        put_grad(a, ga)
+        put_grad(b, gb)
+        return out
+
+    # clamp ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def clamp_checker(a: Any, /, min: Any = None, max: Any = None) -> bool:
+        if not _float(a) or (min is None and max is None):
+            return False
+        if _is_bound(min) and _is_bound(max):
+            return True
+        return _is_tensor_bound(min) and _is_tensor_bound(max)
+
+    def clamp_execute(self, a, /, min=None, max=None):
+        if _is_bound(min) and _is_bound(max):
+            return self.k.clamp(a, min, max)
+        return self.k.clamp_tensor(a, min, max)
+
+    def clamp_grad(self, a, /, min=None, max=None):
+        if _is_bound(min) and _is_bound(max):
+            out = self.k.clamp(a, min, max)
+            put_grad(a, self.k.clamp_backward(get_grad(out), a, min, max))
+            return out
+        out = self.k.clamp_tensor(a, min, max)
+        grads = self.k.clamp_tensor_backward(get_grad(out), a, min, max)
+        for t, g in zip((a, *(b for b in (min, max) if b is not None)), grads):
+            put_grad(t, g)
+        return out
+
+    # normalize ------------------------------------------------------------------------------
+
+    @staticmethod
+    def normalize_checker(a: Any, /, p: float = 2.0, dim: Any = 1, eps: float = 1e-12, out: Any = None) -> bool:
+        return _float(a) and out is None and isinstance(p, (int, float)) and not isinstance(p, bool)
+
+    def normalize_execute(self, a, /, p=2.0, dim=1, eps=1e-12, out=None):
+        return self.k.normalize(a, p, dim, eps)
+
+    def normalize_grad(self, a, /, p=2.0, dim=1, eps=1e-12, out=None):
+        result = self.k.normalize(a, p, dim, eps)
+        put_grad(a, self.k.normalize_backward(get_grad(result), a, p, dim, eps))
+        return result
+
+    # amax / amin / max / logsumexp ----------------------------------------------------------
+
+    @staticmethod
+    def reduction_checker(a: Any, /, dim: Any = None, keepdim: bool = False) -> bool:
+        return _float(a) and a.numel > 0 and isinstance(keepdim, bool)
+
+    def amax_execute(self, a, /, dim=None, keepdim=False):
+        return self.k.amax(a, _dims(a, dim), keepdim)
+
+    def amax_grad(self, a, /, dim=None, keepdim=False):
+        return self._reduced_grad(self.k.amax, a, dim, keepdim)
+
+    def amin_execute(self, a, /, dim=None, keepdim=False):
+        return self.k.amin(a, _dims(a, dim), keepdim)
+
+    def amin_grad(self, a, /, dim=None, keepdim=False):
+        return self._reduced_grad(self.k.amin, a, dim, keepdim)
+
+    def _reduced_grad(self, forward, a, dim, keepdim):
+        dims = _dims(a, dim)
+        out = forward(a, dims, keepdim)
+        put_grad(a, self.k.amax_backward(get_grad(out), a, out, dims, keepdim))
+        return out
+
+    @staticmethod
+    def max_checker(a: Any, /, dim: Any = None, keepdim: bool = False) -> bool:
+        """``torch.max(x)`` and ``max(x, dim)``; ``max(x, y)`` is ``maximum``, taken separately."""
+        if not (_float(a) and a.numel > 0 and isinstance(keepdim, bool)):
+            return False
+        return (dim is None and not keepdim) or (isinstance(dim, int) and not isinstance(dim, bool))
+
+    def max_execute(self, a, /, dim=None, keepdim=False):
+        return self.k.full_max(a) if dim is None else self.k.max_dim(a, dim, keepdim)
+
+    def max_grad(self, a, /, dim=None, keepdim=False):
+        if dim is None:
+            out = self.k.full_max(a)
+            put_grad(a, self.k.full_max_backward(get_grad(out), a, out))
+            return out
+        values, indices = self.k.max_dim(a, dim, keepdim)
+        put_grad(a, self.k.max_dim_backward(get_grad(values), a, indices, dim, keepdim))
+        return values, indices
+
+    @staticmethod
+    def logsumexp_checker(a: Any, /, dim: Any, keepdim: bool = False) -> bool:
+        return _float(a) and a.ndim > 0 and isinstance(keepdim, bool)
+
+    def logsumexp_execute(self, a, /, dim, keepdim=False):
+        return self.k.logsumexp(a, _dims(a, dim), keepdim)
+
+    def logsumexp_grad(self, a, /, dim, keepdim=False):
+        dims = _dims(a, dim)
+        out = self.k.logsumexp(a, dims, keepdim)
+        put_grad(a, self.k.logsumexp_backward(get_grad(out), a, out, dims, keepdim))
+        return out
+
+
+#: one-input activations: ltorch symbol -> (forward op, backward op, what the backward reads,
+#: keyword arguments -> (forward args, backward args))
+_ACTIVATIONS: dict[Any, tuple[str, str, str, Callable[..., tuple]]] = {
+    ltorch.relu: ("relu", "threshold_backward_at_zero", "result", _no_params),
+    ltorch.threshold: ("threshold", "threshold_backward", "input", _threshold_params),
+    ltorch.relu6: ("hardtanh", "hardtanh_backward", "input", _relu6_params),
+    ltorch.hardtanh: ("hardtanh", "hardtanh_backward", "input", _hardtanh_params),
+    ltorch.leaky_relu: ("leaky_relu", "leaky_relu_backward", "input", _leaky_relu_params),
+    ltorch.elu: ("elu", "elu_backward_input_last", "input", _elu_params),
+    ltorch.celu: ("elu", "elu_backward_input_last", "input", _celu_params),
+    ltorch.selu: ("elu", "elu_backward_input_last", "input", _selu_params),
+    ltorch.tanh: ("tanh", "tanh_backward", "result", _no_params),
+    ltorch.sigmoid: ("sigmoid", "sigmoid_backward", "result", _no_params),
+    ltorch.silu: ("silu", "silu_backward", "input", _no_params),
+    ltorch.softplus: ("softplus", "softplus_backward", "input", _softplus_params),
+    ltorch.hardswish: ("hardswish", "hardswish_backward", "input", _no_params),
+    ltorch.hardsigmoid: ("hardsigmoid", "hardsigmoid_backward", "input", _no_params),
+    ltorch.mish: ("mish", "mish_backward", "input", _no_params),
+    ltorch.logsigmoid: ("log_sigmoid", "log_sigmoid_backward", "input", _no_params),
+    ltorch.hardshrink: ("hardshrink", "hardshrink_backward", "input", _shrink_params),
+    ltorch.softshrink: ("softshrink", "softshrink_backward", "input", _shrink_params),
+    ltorch.glu: ("glu", "glu_backward", "input", _glu_params),
+}
+
+#: other ops: ltorch symbol -> (checker, execution transform, grad transform) names on :class:`_Rules`
+_RULES: dict[Any, tuple[str, str, str]] = {
+    ltorch.pow: ("pow_checker", "pow_execute", "pow_grad"),
+    ltorch.rsqrt: ("unary_checker", "rsqrt_execute", "rsqrt_grad"),
+    ltorch.reciprocal: ("unary_checker", "reciprocal_execute", "reciprocal_grad"),
+    ltorch.abs: ("unary_checker", "abs_execute", "abs_grad"),
+    ltorch.maximum: ("binary_checker", "maximum_execute", "maximum_grad"),
+    ltorch.minimum: ("binary_checker", "minimum_execute", "minimum_grad"),
+    ltorch.clamp: ("clamp_checker", "clamp_execute", "clamp_grad"),
+    ltorch.amax: ("reduction_checker", "amax_execute", "amax_grad"),
+    ltorch.amin: ("reduction_checker", "amin_execute", "amin_grad"),
+    ltorch.torch_max: ("max_checker", "max_execute", "max_grad"),
+    ltorch.normalize: ("normalize_checker", "normalize_execute", "normalize_grad"),
+    ltorch.logsumexp: ("logsumexp_checker", "logsumexp_execute", "logsumexp_grad"),
+}
+
+
+#: ATen overloads the aten_ops plugin decomposes itself (what ``torch.ops.aten`` calls and subclass
+#: programs compile to), by symbol id: the rule of the ltorch symbol with the same arguments, or
+#: (elu's scales) of its own. The others forward to the ltorch symbols above (forwards.py).
+_ATEN_ACTIVATIONS: dict[str, tuple[str, str, str, Callable[..., tuple]]] = {
+    "torch.ops.aten.hardtanh.default": _ACTIVATIONS[ltorch.hardtanh],
+    "torch.ops.aten.leaky_relu.default": _ACTIVATIONS[ltorch.leaky_relu],
+    "torch.ops.aten.elu.default": ("elu", "elu_backward_input_last", "input", _aten_elu_params),
+}
+_ATEN_RULES: dict[str, tuple[str, str, str]] = {
+    "torch.ops.aten.pow.Tensor_Scalar": _RULES[ltorch.pow],
+    "torch.ops.aten.pow.Tensor_Tensor": _RULES[ltorch.pow],
+    "torch.ops.aten.maximum.default": _RULES[ltorch.maximum],
+    "torch.ops.aten.minimum.default": _RULES[ltorch.minimum],
+    "torch.ops.aten.clamp.default": _RULES[ltorch.clamp],
+    "torch.ops.aten.clamp.Tensor": _RULES[ltorch.clamp],
+    "torch.ops.aten.amax.default": _RULES[ltorch.amax],
+    "torch.ops.aten.amin.default": _RULES[ltorch.amin],
+    "torch.ops.aten.max.default": _RULES[ltorch.torch_max],
+}
+
+
+def claimed_symbols() -> tuple[Any, ...]:
+    """The ltorch symbols and ATen symbol ids this executor may take (documentation and tests)."""
+    return (*_ACTIVATIONS, *_RULES, *_ATEN_ACTIVATIONS, *_ATEN_RULES)
+
+
+def build_executor() -> OperatorExecutor:
+    """The executor (not added to thunder's global executor registry: ``discover()`` lists it)."""
+    executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
+    kernels = _Kernels(executor)
+    for symbol, (forward, backward, reads, params) in (*_ACTIVATIONS.items(), *_ATEN_ACTIVATIONS.items()):
+        checker, execute, grad = _unary(forward, backward, reads=reads, extra=params)
+        executor.register_implementation(
+            symbol,
+            checker=checker,
+            execution_transform=lambda *a, _f=execute, **kw: _f(kernels, *a, **kw),
+            grad_transform=lambda *a, _f=grad, **kw: _f(kernels, *a, **kw),
+        )
+    rules = _Rules(kernels)
+    for symbol, names in (*_RULES.items(), *_ATEN_RULES.items()):
+        checker, execute, grad = (getattr(rules, name) for name in names)
+        executor.register_implementation(symbol, checker=checker, execution_transform=execute, grad_transform=grad)
+    return executor
