@@ -64,6 +64,27 @@ def test_each_kind_of_broken_plugin_is_isolated(fake_dists):
     assert "good_ex" in names
 
 
+def test_a_misspelled_hook_names_the_hook_meant(plugin_host):
+    class Misspelled:
+        @hookimpl
+        def register_claim(self, register):  # missing the final s
+            pass
+
+    class Unrelated:
+        @hookimpl
+        def setup(self):
+            pass
+
+    misspelled = plugin_host.add_plugin(Misspelled(), "typo_plugin")
+    assert misspelled.status is Status.INVALID
+    assert "unknown hook 'register_claim'" in misspelled.reason
+    assert misspelled.reason.endswith("did you mean 'register_claims'?")
+    unrelated = plugin_host.add_plugin(Unrelated(), "unrelated_plugin")
+    assert unrelated.reason.endswith(
+        "the hooks are register_aten_ops, register_claims, register_executors, unavailable_reason"
+    )
+
+
 def test_strict_mode_reraises(fake_dists):
     fake_dists.add("no_library", "raise OSError('missing libfoo.so')\n")
     with pytest.raises(OSError, match="libfoo"):

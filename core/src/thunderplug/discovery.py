@@ -11,11 +11,13 @@ hooks before any entry point, so they are listed, ordered and excluded by the sa
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.metadata
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -207,9 +209,9 @@ class PluginHost:
         self._manager.register(plugin, name=name)
         try:
             self._manager.check_pending()  # earlier plugins already passed, so a failure is this one's
-        except pluggy.PluginValidationError:
+        except pluggy.PluginValidationError as error:
             self._manager.unregister(name=name)
-            raise
+            raise pluggy.PluginValidationError(error.plugin, _with_suggestion(str(error))) from None
 
     def _call(self, name: str, hook_name: str, **kwargs: Any) -> Any:
         plugin = self._manager.get_plugin(name)
@@ -399,6 +401,16 @@ class PluginHost:
                 f"{settings.QUIET}=1 or discover(quiet=True) silences this.",
                 stacklevel=5,
             )
+
+
+def _with_suggestion(message: str) -> str:
+    """pluggy's ``unknown hook 'register_claim' ...``, plus the hook the author probably meant."""
+    match = re.search(r"unknown hook '([^']+)'", message)
+    hooks = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "thunderplug_spec")]
+    close = difflib.get_close_matches(match.group(1), hooks, n=1, cutoff=0.6) if match else []
+    if close:
+        return f"{message}; did you mean {close[0]!r}?"
+    return f"{message}; the hooks are {', '.join(sorted(hooks))}" if match else message
 
 
 def _claim_executor_specs(
