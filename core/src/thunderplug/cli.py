@@ -20,7 +20,7 @@ environment:
   THUNDERPLUG_PLUGINS=a,b   load only these plugins (empty: none of the installed ones)
   THUNDERPLUG_DISABLE=a,b   block these plugins (shown as disabled)
   THUNDERPLUG_STRICT=1      re-raise plugin errors instead of reporting them
-  THUNDERPLUG_QUIET=1       no warning about plugins that are not active
+  THUNDERPLUG_QUIET=1       no warning about broken plugins
 """
 
 

@@ -42,6 +42,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
 
 log = logging.getLogger("thunderplug")
 
+#: Statuses ``discover()`` warns about: the plugin is broken, not merely unable to run here.
+BROKEN = frozenset({Status.INVALID, Status.FAILED, Status.CONFLICT})
+
 
 class DuplicateRegistrationError(ValueError):
     """Two plugins provide the same executor name or ATen overload (raised only in strict mode)."""
@@ -387,16 +390,21 @@ class PluginHost:
             status.executors = []
             log.info("thunderplug plugin %s is %s: %s", plugin_name, outcome.value, status.reason)
 
-    def warn_inactive(self, *, quiet: bool = False) -> None:
-        """One warning per process for each plugin that is not active (disabled ones were chosen)."""
+    def warn_broken(self, *, quiet: bool = False) -> None:
+        """One warning per process for each broken plugin (invalid, failed, conflict).
+
+        A plugin that cannot run here (no CUDA, a missing optional package) is not broken: it is
+        listed as ``unavailable`` by ``thunderplug plugins`` and never warned about, so CPU
+        scripts stay quiet; disabled ones were chosen.
+        """
         if quiet or self.quiet:
             return
         for status in self.report():
-            if status.status in (Status.ACTIVE, Status.DISABLED):
+            if status.status not in BROKEN:
                 continue
             warn_once(
                 ("plugin", status.name, status.status, status.reason),
-                f"thunderplug plugin {status.provider} was skipped ({status.status.value}): {status.reason}. "
+                f"thunderplug plugin {status.provider} is {status.status.value}: {status.reason}. "
                 "Its executors are not in discover()'s list; `thunderplug plugins` shows every plugin. "
                 f"{settings.QUIET}=1 or discover(quiet=True) silences this.",
                 stacklevel=5,

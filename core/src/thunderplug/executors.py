@@ -29,7 +29,7 @@ def assemble_executors(
     built = [(spec, host.build(spec)) for spec in host.executor_specs(only=only, exclude=exclude)]
     # a plugin whose later executor failed to build is dropped whole, its earlier ones included
     executors = [ex for spec, ex in built if ex is not None and host.provider_of(spec.name) is not None]
-    host.warn_inactive(quiet=quiet)
+    host.warn_broken(quiet=quiet)
     if include_defaults:
         names = {executor.name for executor in executors}
         executors += [ex for ex in thunder.get_default_executors() if ex.name not in names]
