@@ -66,6 +66,19 @@ def test_plugins_table_snapshot_and_no_thunder_import_warning():
     assert_snapshot("plugins.txt", table + "\n")
 
 
+@ON_CPU
+def test_plugins_describes_each_executor_and_marks_thunders_own():
+    result = run_cli("plugins", THUNDERPLUG_PLUGINS="aten_ops,float8")
+    assert result.returncode == 0, result.stderr
+    executors = result.stdout.rpartition("\ndiscover() returns, in this order: ")[2].split("\n", 2)[2]
+    assert_snapshot("plugins_executors.txt", executors)
+    lines = {line.split()[1]: line for line in executors.splitlines()[1:] if line.strip()}
+    assert "thunderplug (built in)" in lines["thunderplug"] and "1000" in lines["thunderplug"]
+    assert "plugin aten_ops" in lines["aten"] and "runs ATen symbols as the overloads themselves" in lines["aten"]
+    for own in ("sdpa", "torchcompile_xentropy"):
+        assert "thunder " in lines[own] and "one of thunder's own default executors" in lines[own]
+
+
 def test_plugins_json_has_statuses_hooks_and_the_executor_order():
     result = run_cli("plugins", "--json")
     assert result.returncode == 0, result.stderr
@@ -77,6 +90,10 @@ def test_plugins_json_has_statuses_hooks_and_the_executor_order():
     assert by_name["thunderplug"]["builtin"] and by_name["thunderplug"]["status"] == "active"
     assert report["executors"][:2] == ["thunderplug", "thunderplug_broadcast_grads"]
     assert report["executors"][-1] != "torch"  # thunder appends its always-executors itself
+    details = {d["name"]: d for d in report["executor_details"]}
+    assert [d["name"] for d in report["executor_details"]] == report["executors"]
+    assert details["aten"]["description"] and details["aten"]["provided_by"] == "plugin aten_ops"
+    assert details["sdpa"]["provided_by"] == "thunder" and details["sdpa"]["priority"] is None
 
 
 SCRIPT_THAT_EXITS = """
@@ -122,6 +139,28 @@ def test_explain_a_script_that_raises_json(tmp_path):
     (function,) = report["functions"]
     assert {row["trace"] for row in function["rows"]} == {"forward"}
     assert sum(t["ops"] for t in function["summary"]) == len(function["rows"])
+
+
+FALLBACK_SCRIPT = """
+import torch, thunder, thunderplug
+from torch.testing._internal.two_tensor import TwoTensor
+
+f = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover())
+f(TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()).sum().backward()
+"""
+
+
+def test_explain_has_a_legend_and_counts_and_explains_fallback_ops(tmp_path):
+    (tmp_path / "train.py").write_text(FALLBACK_SCRIPT)
+    result = run_cli("explain", "train.py", cwd=tmp_path, THUNDERPLUG_PLUGINS="")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "ops: the trace's operations the executor runs; claimed:" in out and "fallback: of those" in out
+    summary = [line.split() for line in out.splitlines() if line.startswith(("forward ", "backward "))]
+    assert sum(int(cells[-2]) for cells in summary) > 0  # fallback column counts the fallback_aten_* ops
+    assert "ran through the fallback" in out and "install thunderplug-aten (pip install ./plugins/aten_ops)" in out
+    with_aten = run_cli("explain", "train.py", cwd=tmp_path, THUNDERPLUG_PLUGINS="aten_ops")
+    assert "ran through the fallback" not in with_aten.stdout
 
 
 def test_demo_trains_until_the_loss_falls_and_fp8_runs_agree(capsys):
