@@ -163,11 +163,34 @@ def test_explain_has_a_legend_and_counts_and_explains_fallback_ops(tmp_path):
     assert "ran through the fallback" not in with_aten.stdout
 
 
-def test_demo_trains_until_the_loss_falls_and_fp8_runs_agree(capsys):
+def test_demo_trains_a_float8_gpt_like_eager_and_reports_step_time_spread(capsys):
     pytest.importorskip("torchao.float8")
     from thunderplug.demo import run_demo
 
-    assert run_demo(progress=False) == 0
+    assert run_demo(steps=6, progress=False) == 0
     out = capsys.readouterr().out
+    assert "Training the GPT 2 layers" in out
+    assert "first call s" in out and "step ms: median" in out and "(25%-75%)" in out
     assert "every run's loss fell below half its first value: True" in out
     assert "parameters after training match fp8 eager (1e-4): True" in out
+    assert "max relative loss difference over 6 steps: 0.00e+00" in out
+
+
+def test_demo_plot_without_matplotlib_fails_before_training(capsys, monkeypatch, tmp_path):
+    from thunderplug.demo import run_demo
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    assert run_demo(plot=str(tmp_path / "loss.png"), progress=False) == 2
+    captured = capsys.readouterr()
+    assert "--plot needs matplotlib: pip install matplotlib" in captured.err
+    assert "Training" not in captured.out and not (tmp_path / "loss.png").exists()
+
+
+def test_demo_plot_draws_losses_and_step_time_spread(tmp_path):
+    pytest.importorskip("matplotlib")
+    from thunderplug.demo import Run, _plot
+
+    labels = ("fp32 eager", "fp8 eager", "fp8 thunderplug")
+    runs = [Run(label, None, [4.0, 2.0, 1.0], [3.0, 0.1, 0.2]) for label in labels]
+    _plot(str(tmp_path / "demo.png"), runs)
+    assert (tmp_path / "demo.png").stat().st_size > 0

@@ -260,9 +260,13 @@ def format_summary(rows: list[Row], *, legend: bool = False) -> str:
     program = [row for row in rows if row.trace == "program"]
     if program:
         lines += ["", "before autodiff (who differentiates each subclass op):"]
-        for row in program:
-            lines.append(f"  {row.op:<40} {row.executor}")
-            lines += [f"  {'':<40}   declined by {reason}" for reason in row.declined]
+        counts: dict[tuple, int] = {}
+        for row in program:  # one line per distinct decision, with how many ops it covers
+            key = (row.op, row.executor, row.declined)
+            counts[key] = counts.get(key, 0) + 1
+        for (op, executor, declined), count in counts.items():
+            lines.append(f"  {op:<40} {executor}" + (f" (x{count})" if count > 1 else ""))
+            lines += [f"  {'':<40}   declined by {reason}" for reason in declined]
     return "\n".join(lines)
 
 
