@@ -68,6 +68,19 @@ def test_plugins_table_snapshot_and_no_thunder_import_warning():
     assert_snapshot("plugins.txt", table + "\n")
 
 
+@ON_CPU
+def test_plugins_describes_each_executor_and_marks_thunders_own():
+    result = run_cli("plugins", THUNDERPLUG_PLUGINS="aten_ops,float8")
+    assert result.returncode == 0, result.stderr
+    executors = result.stdout.rpartition("\ndiscover() returns, in this order: ")[2].split("\n", 2)[2]
+    assert_snapshot("plugins_executors.txt", executors)
+    lines = {line.split()[1]: line for line in executors.splitlines()[1:] if line.strip()}
+    assert "thunderplug (built in)" in lines["thunderplug"] and "1000" in lines["thunderplug"]
+    assert "plugin aten_ops" in lines["aten"] and "runs ATen symbols as the overloads themselves" in lines["aten"]
+    for own in ("sdpa", "torchcompile_xentropy"):
+        assert "thunder " in lines[own] and "one of thunder's own default executors" in lines[own]
+
+
 def test_plugins_json_has_statuses_hooks_and_the_executor_order():
     result = run_cli("plugins", "--json")
     assert result.returncode == 0, result.stderr
@@ -79,6 +92,10 @@ def test_plugins_json_has_statuses_hooks_and_the_executor_order():
     assert by_name["thunderplug"]["builtin"] and by_name["thunderplug"]["status"] == "active"
     assert report["executors"][:2] == ["thunderplug", "thunderplug_broadcast_grads"]
     assert report["executors"][-1] != "torch"  # thunder appends its always-executors itself
+    details = {d["name"]: d for d in report["executor_details"]}
+    assert [d["name"] for d in report["executor_details"]] == report["executors"]
+    assert details["aten"]["description"] and details["aten"]["provided_by"] == "plugin aten_ops"
+    assert details["sdpa"]["provided_by"] == "thunder" and details["sdpa"]["priority"] is None
 
 
 SCRIPT_THAT_EXITS = """
@@ -126,11 +143,56 @@ def test_explain_a_script_that_raises_json(tmp_path):
     assert sum(t["ops"] for t in function["summary"]) == len(function["rows"])
 
 
-def test_demo_trains_until_the_loss_falls_and_fp8_runs_agree(capsys):
+FALLBACK_SCRIPT = """
+import torch, thunder, thunderplug
+from torch.testing._internal.two_tensor import TwoTensor
+
+f = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover())
+f(TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()).sum().backward()
+"""
+
+
+def test_explain_has_a_legend_and_counts_and_explains_fallback_ops(tmp_path):
+    (tmp_path / "train.py").write_text(FALLBACK_SCRIPT)
+    result = run_cli("explain", "train.py", cwd=tmp_path, THUNDERPLUG_PLUGINS="")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "ops: the trace's operations the executor runs; claimed:" in out and "fallback: of those" in out
+    summary = [line.split() for line in out.splitlines() if line.startswith(("forward ", "backward "))]
+    assert sum(int(cells[-2]) for cells in summary) > 0  # fallback column counts the fallback_aten_* ops
+    assert "ran through the fallback" in out and "install thunderplug-aten (pip install ./plugins/aten_ops)" in out
+    with_aten = run_cli("explain", "train.py", cwd=tmp_path, THUNDERPLUG_PLUGINS="aten_ops")
+    assert "ran through the fallback" not in with_aten.stdout
+
+
+def test_demo_trains_a_float8_gpt_like_eager_and_reports_step_time_spread(capsys):
     pytest.importorskip("torchao.float8")
     from thunderplug.demo import run_demo
 
-    assert run_demo(progress=False) == 0
+    assert run_demo(steps=6, progress=False) == 0
     out = capsys.readouterr().out
+    assert "Training the GPT 2 layers" in out
+    assert "first call s" in out and "step ms: median" in out and "(25%-75%)" in out
     assert "every run's loss fell below half its first value: True" in out
     assert "parameters after training match fp8 eager (1e-4): True" in out
+    assert "max relative loss difference over 6 steps: 0.00e+00" in out
+
+
+def test_demo_plot_without_matplotlib_fails_before_training(capsys, monkeypatch, tmp_path):
+    from thunderplug.demo import run_demo
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    assert run_demo(plot=str(tmp_path / "loss.png"), progress=False) == 2
+    captured = capsys.readouterr()
+    assert "--plot needs matplotlib: pip install matplotlib" in captured.err
+    assert "Training" not in captured.out and not (tmp_path / "loss.png").exists()
+
+
+def test_demo_plot_draws_losses_and_step_time_spread(tmp_path):
+    pytest.importorskip("matplotlib")
+    from thunderplug.demo import Run, _plot
+
+    labels = ("fp32 eager", "fp8 eager", "fp8 thunderplug")
+    runs = [Run(label, None, [4.0, 2.0, 1.0], [3.0, 0.1, 0.2]) for label in labels]
+    _plot(str(tmp_path / "demo.png"), runs)
+    assert (tmp_path / "demo.png").stat().st_size > 0

@@ -1,6 +1,8 @@
 """Loading, isolating, ordering and reporting plugins."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -62,6 +64,27 @@ def test_each_kind_of_broken_plugin_is_isolated(fake_dists):
 
     names = [ex.name for ex in thunderplug.discover(host=host, include_defaults=False)]
     assert "good_ex" in names
+
+
+def test_a_misspelled_hook_names_the_hook_meant(plugin_host):
+    class Misspelled:
+        @hookimpl
+        def register_claim(self, register):  # missing the final s
+            pass
+
+    class Unrelated:
+        @hookimpl
+        def setup(self):
+            pass
+
+    misspelled = plugin_host.add_plugin(Misspelled(), "typo_plugin")
+    assert misspelled.status is Status.INVALID
+    assert "unknown hook 'register_claim'" in misspelled.reason
+    assert misspelled.reason.endswith("did you mean 'register_claims'?")
+    unrelated = plugin_host.add_plugin(Unrelated(), "unrelated_plugin")
+    assert unrelated.reason.endswith(
+        "the hooks are register_aten_ops, register_claims, register_executors, unavailable_reason"
+    )
 
 
 def test_strict_mode_reraises(fake_dists):
@@ -268,32 +291,59 @@ def test_wrong_registrations_make_only_that_plugin_invalid(fake_dists):
     torch.testing.assert_close(jitted(x), (x * 2).sin().sum())
 
 
-def test_one_warning_per_plugin_per_process_and_quiet(plugin_host, recwarn):
-    class Unavailable:
+def test_one_warning_per_broken_plugin_per_process_and_quiet(plugin_host, recwarn):
+    class Broken:
         @hookimpl
-        def unavailable_reason(self):
-            return "needs a unicorn"
+        def register_executors(self, register):
+            raise RuntimeError("a bug in the plugin")
 
-    plugin_host.add_plugin(Unavailable(), "warned_once_plugin")
+    plugin_host.add_plugin(Broken(), "warned_once_plugin")
     thunderplug.discover(host=plugin_host, quiet=True)
     assert not [w for w in recwarn if "warned_once_plugin" in str(w.message)]
     thunderplug.discover(host=plugin_host)
     thunderplug.discover(host=plugin_host)
     messages = [str(w.message) for w in recwarn if "warned_once_plugin" in str(w.message)]
     assert len(messages) == 1
-    assert "unavailable" in messages[0] and "needs a unicorn" in messages[0]
+    assert "failed" in messages[0] and "a bug in the plugin" in messages[0]
     assert "thunderplug plugins" in messages[0] and "THUNDERPLUG_QUIET=1" in messages[0]
     assert recwarn[-1].filename == __file__  # points at the user's discover() call
 
 
-def test_quiet_environment_variable(recwarn):
-    class Unavailable:
+def test_a_plugin_that_cannot_run_here_is_listed_not_warned_about(plugin_host, recwarn):
+    class NeedsAGpu:
         @hookimpl
         def unavailable_reason(self):
-            return "no unicorn either"
+            return "no CUDA device"
+
+    class GpuExecutorOnly:
+        @hookimpl
+        def register_executors(self, register):
+            register(ExecutorSpec("gpu_only", lambda: None, unavailable_reason=lambda: "no CUDA device"))
+
+    plugin_host.add_plugin(NeedsAGpu(), "needs_a_gpu")
+    plugin_host.add_plugin(GpuExecutorOnly(), "gpu_executor_only")
+    thunderplug.discover(host=plugin_host)
+    assert not [w for w in recwarn if issubclass(w.category, thunderplug.ThunderplugWarning)]
+    found = statuses(plugin_host)
+    assert found["needs_a_gpu"].status is found["gpu_executor_only"].status is Status.UNAVAILABLE
+
+
+def test_installed_cpu_plugins_give_no_warning_on_this_machine():
+    """The bundled CUDA plugins, unavailable on a CPU machine, leave a CPU script silent."""
+    script = "import thunderplug, thunder, warnings; warnings.simplefilter('always'); thunderplug.discover()"
+    result = subprocess.run([sys.executable, "-W", "always::UserWarning", "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr and "transformer_engine module not found" not in result.stderr
+
+
+def test_quiet_environment_variable(recwarn):
+    class Broken:
+        @hookimpl
+        def register_executors(self, register):
+            raise RuntimeError("another bug")
 
     host = PluginHost(load_entry_points=False, environ={"THUNDERPLUG_QUIET": "1"})
-    host.add_plugin(Unavailable(), "quiet_env_plugin")
+    host.add_plugin(Broken(), "quiet_env_plugin")
     thunderplug.discover(host=host)
     assert not [w for w in recwarn if "quiet_env_plugin" in str(w.message)]
 

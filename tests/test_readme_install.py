@@ -60,6 +60,8 @@ def test_one_plugin_install_from_a_fresh_clone(tmp_path):
         if index == 0:
             share_installed_packages(clone / "venv", tmp_path / "shared")
     assert "float8" in outputs[-1] and "active" in outputs[-1]
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
+    assert status.stdout == "", "the README's commands leave files git does not ignore"
 
     python = clone / "venv" / "bin" / "python"
     check = subprocess.run(
@@ -71,6 +73,16 @@ def test_one_plugin_install_from_a_fresh_clone(tmp_path):
     assert report["statuses"]["float8"] == "active" and "aten_ops" not in report["statuses"]
     assert report["executors"][:3] == ["thunderplug", "thunderplug_broadcast_grads", "float8"]
     assert report["max_difference"] == 0.0
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a git checkout")
+def test_the_environments_the_readme_creates_are_ignored_by_git():
+    """What the README's commands create in the clone (its virtual environments) is not shown as new files."""
+    created = [match.group(1) for match in re.finditer(r"-m venv (\S+)", README.read_text())]
+    assert "venv" in created
+    for folder in created:
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"{folder}/"], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, f"{folder}/ (created by the README) is not in .gitignore"
 
 
 CHECK = """

@@ -67,9 +67,9 @@ def discover(
 
     Ordered by declared priority then name, never by install order (thunderplug's own executors
     come first); thunder's own default executors follow when ``include_defaults``.
-    ``only``/``exclude`` take plugin or executor names. Each plugin that is not active is warned
-    about once per process (``ThunderplugWarning``); ``quiet=True`` or ``THUNDERPLUG_QUIET=1``
-    silences that.
+    ``only``/``exclude`` take plugin or executor names. Each broken plugin (invalid, failed, conflict) is warned
+    about once per process (``ThunderplugWarning``; ``quiet=True`` or ``THUNDERPLUG_QUIET=1``
+    silences that); one that cannot run here is only listed, as unavailable, by ``report()``.
     """
     from thunderplug.executors import assemble_executors  # imports thunder
 

@@ -52,6 +52,7 @@ def claim_executor(
     """One executor for the claims a plugin made under ``name``."""
     executor = OperatorExecutor(name, version="claims")
     executor.whole_functions = {claim.target: claim.replacement for claim in claims if isinstance(claim, FunctionClaim)}
+    executor.kernel_claims = [claim for claim in claims if isinstance(claim, AtenKernelClaim)]  # for explain
     origin = f"claim of executor {name!r}" + (f" (plugin {plugin!r})" if plugin else "")
     for claim in claims:
         if isinstance(claim, SubclassOpClaim):

@@ -11,11 +11,13 @@ hooks before any entry point, so they are listed, ordered and excluded by the sa
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.metadata
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -25,7 +27,7 @@ import pluggy
 from thunderplug import hookspecs, settings
 from thunderplug.notices import warn_once
 from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import CLAIM_TYPES, AtenOp, ExecutorSpec, Stage
+from thunderplug.specs import CLAIM_TYPES, AtenKernelClaim, AtenOp, ExecutorSpec, Stage, accept_all, priority_ahead_of
 
 ENTRY_POINT_GROUP = "thunderplug"
 
@@ -39,6 +41,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
 )
 
 log = logging.getLogger("thunderplug")
+
+#: Statuses ``discover()`` warns about: the plugin is broken, not merely unable to run here.
+BROKEN = frozenset({Status.INVALID, Status.FAILED, Status.CONFLICT})
 
 
 class DuplicateRegistrationError(ValueError):
@@ -72,6 +77,7 @@ class PluginHost:
         self._executor_specs: dict[str, list[ExecutorSpec]] = {}
         self._aten_ops: dict[str, list[AtenOp]] = {}
         self._fusion_claims: dict[str, list[Any]] = {}
+        self._kernel_claims: dict[str, list[AtenKernelClaim]] = {}
         self._built: dict[ExecutorSpec, Any] = {}  # spec -> the Executor its factory built
 
     # -- settings --------------------------------------------------------------------------
@@ -150,7 +156,8 @@ class PluginHost:
         with self._lock:
             if self._manager.has_plugin(name):
                 self._manager.unregister(name=name)
-            for registry in (self._statuses, self._executor_specs, self._aten_ops, self._fusion_claims):
+            owned = (self._executor_specs, self._aten_ops, self._fusion_claims, self._kernel_claims)
+            for registry in (self._statuses, *owned):
                 registry.pop(name, None)
             self._built.clear()
 
@@ -200,6 +207,7 @@ class PluginHost:
         self._executor_specs[name] = specs
         self._aten_ops[name] = ops
         self._fusion_claims[name] = [c for c in claims if c.stage == Stage.FUSION]
+        self._kernel_claims[name] = [c for c in claims if isinstance(c, AtenKernelClaim)]
         status.executors = [spec.name for spec in specs]
         status.aten_ops = len(ops)
 
@@ -207,9 +215,9 @@ class PluginHost:
         self._manager.register(plugin, name=name)
         try:
             self._manager.check_pending()  # earlier plugins already passed, so a failure is this one's
-        except pluggy.PluginValidationError:
+        except pluggy.PluginValidationError as error:
             self._manager.unregister(name=name)
-            raise
+            raise pluggy.PluginValidationError(error.plugin, _with_suggestion(str(error))) from None
 
     def _call(self, name: str, hook_name: str, **kwargs: Any) -> Any:
         plugin = self._manager.get_plugin(name)
@@ -340,6 +348,44 @@ class PluginHost:
                         chosen.append(spec)
         return sorted(chosen, key=lambda spec: (-spec.priority, spec.name))
 
+    def shadowed_claims(self, specs: list[ExecutorSpec]) -> dict[str, list[str]]:
+        """Per executor of ``specs`` (discover()'s order), its kernel claims that never run because
+        an executor ahead of it takes every call of the same overload: ``"<target>: shadowed by ..."``."""
+        registered = {op.overload for op in self.aten_ops()}
+        with self._lock:
+            claims = [claim for owned in self._kernel_claims.values() for claim in owned]
+        position = {spec.name: index for index, spec in enumerate(specs)}
+        shadowed: dict[str, list[str]] = {}
+        for claim in claims:
+            if claim.executor not in position:
+                continue
+            for ahead in specs[: position[claim.executor]]:
+                takes_all = (ahead.runs_registered_aten_ops and claim.overload in registered) or any(
+                    other.executor == ahead.name and other.overload == claim.overload and other.checker is accept_all
+                    for other in claims
+                )
+                if takes_all:
+                    shadowed.setdefault(claim.executor, []).append(
+                        f"{claim.target}: shadowed by executor {ahead.name!r} (priority {ahead.priority}), which "
+                        f"comes first in discover()'s list and takes every call; set priority="
+                        f"{priority_ahead_of(ahead.priority)} on the claim to run first"
+                    )
+                    break
+        return shadowed
+
+    def warn_shadowed(self, specs: list[ExecutorSpec], *, quiet: bool = False) -> None:
+        """One warning per process for each kernel claim that can never run (see :meth:`shadowed_claims`)."""
+        if quiet or self.quiet:
+            return
+        for executor, notes in self.shadowed_claims(specs).items():
+            for note in notes:
+                warn_once(
+                    ("shadowed", executor, note),
+                    f"the claim of executor {executor!r} (plugin {self.provider_of(executor)!r}) on {note}. "
+                    f"{settings.QUIET}=1 or discover(quiet=True) silences this.",
+                    stacklevel=5,
+                )
+
     def provider_of(self, executor_name: str) -> str | None:
         """The name of the active plugin that registered ``executor_name``."""
         with self._lock:
@@ -382,23 +428,39 @@ class PluginHost:
                 self._built.pop(spec, None)
             self._aten_ops.pop(plugin_name, None)
             self._fusion_claims.pop(plugin_name, None)
+            self._kernel_claims.pop(plugin_name, None)
             status.executors = []
             log.info("thunderplug plugin %s is %s: %s", plugin_name, outcome.value, status.reason)
 
-    def warn_inactive(self, *, quiet: bool = False) -> None:
-        """One warning per process for each plugin that is not active (disabled ones were chosen)."""
+    def warn_broken(self, *, quiet: bool = False) -> None:
+        """One warning per process for each broken plugin (invalid, failed, conflict).
+
+        A plugin that cannot run here (no CUDA, a missing optional package) is not broken: it is
+        listed as ``unavailable`` by ``thunderplug plugins`` and never warned about, so CPU
+        scripts stay quiet; disabled ones were chosen.
+        """
         if quiet or self.quiet:
             return
         for status in self.report():
-            if status.status in (Status.ACTIVE, Status.DISABLED):
+            if status.status not in BROKEN:
                 continue
             warn_once(
                 ("plugin", status.name, status.status, status.reason),
-                f"thunderplug plugin {status.provider} was skipped ({status.status.value}): {status.reason}. "
+                f"thunderplug plugin {status.provider} is {status.status.value}: {status.reason}. "
                 "Its executors are not in discover()'s list; `thunderplug plugins` shows every plugin. "
                 f"{settings.QUIET}=1 or discover(quiet=True) silences this.",
                 stacklevel=5,
             )
+
+
+def _with_suggestion(message: str) -> str:
+    """pluggy's ``unknown hook 'register_claim' ...``, plus the hook the author probably meant."""
+    match = re.search(r"unknown hook '([^']+)'", message)
+    hooks = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "thunderplug_spec")]
+    close = difflib.get_close_matches(match.group(1), hooks, n=1, cutoff=0.6) if match else []
+    if close:
+        return f"{message}; did you mean {close[0]!r}?"
+    return f"{message}; the hooks are {', '.join(sorted(hooks))}" if match else message
 
 
 def _claim_executor_specs(

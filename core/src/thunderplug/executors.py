@@ -26,10 +26,12 @@ def assemble_executors(
     re-raises under THUNDERPLUG_STRICT) and the rest of the list is still returned.
     """
     patches.install()
-    built = [(spec, host.build(spec)) for spec in host.executor_specs(only=only, exclude=exclude)]
+    specs = host.executor_specs(only=only, exclude=exclude)
+    built = [(spec, host.build(spec)) for spec in specs]
     # a plugin whose later executor failed to build is dropped whole, its earlier ones included
     executors = [ex for spec, ex in built if ex is not None and host.provider_of(spec.name) is not None]
-    host.warn_inactive(quiet=quiet)
+    host.warn_broken(quiet=quiet)
+    host.warn_shadowed([spec for spec in specs if host.provider_of(spec.name) is not None], quiet=quiet)
     if include_defaults:
         names = {executor.name for executor in executors}
         executors += [ex for ex in thunder.get_default_executors() if ex.name not in names]

@@ -11,11 +11,12 @@ Declines come from the claims' checkers (their reason strings).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from thunderplug.compilation import CompilationRecord, record_of
-from thunderplug.specs import Stage
+from thunderplug.specs import Stage, priority_ahead_of
 from thunderplug.subclass.values import is_subclass_op
 from thunderplug.thunder_compat import bound_symbol_printables
 
@@ -81,7 +82,10 @@ def _execution_row(trace: str, bsym: Any, record: CompilationRecord) -> Row:
         d.reason is None and d.executor == executor and d.stage == Stage.AFTER_UNROLLING and _same_op(d.target, names)
         for d in record.decisions
     )
-    fallback = bool(names & record.fallbacks) or any(_same_op(name, names) for name in record.fallbacks)
+    unprefixed = {name.removeprefix("fallback_") for name in names}  # fallback operators: fallback_aten_abs_default
+    fallback = bool(names & record.fallbacks) or any(
+        _same_op(name, names) or _same_op(name, unprefixed) for name in record.fallbacks
+    )
     return Row(trace, _op_name(bsym), executor, "execution", _declines_for(bsym.sym.name, record), accepted, fallback)
 
 
@@ -126,6 +130,57 @@ def _before_autodiff_row(bsym: Any, executors: list, record: CompilationRecord) 
     return Row("program", display, GENERIC, Stage.BEFORE_AUTODIFF, tuple(declined), fallback=True)
 
 
+def unused_kernel_claims(
+    jitted: Any, rows: list[Row], priorities: Mapping[str, int] | None = None, *, absent: bool = False
+) -> list[str]:
+    """Why an ``AtenKernelClaim`` of the compilation's executors ran on nothing, one line per claim:
+    shadowed by an executor ahead of it (``priorities``, by executor name, give the fix), or
+    decomposed by autodiff; with ``absent``, also each claim whose overload is nowhere in the program
+    (usually a plugin's claim on ops this program does not use)."""
+    import thunder
+
+    compile_data = thunder.compile_data(jitted)
+    executors = list(compile_data.executors_list) if compile_data is not None else []
+    record = record_of(jitted)
+    program = thunder.last_traces(jitted)[0].bound_symbols
+    notes = []
+    for executor in executors:
+        for claim in getattr(executor, "kernel_claims", ()):
+            declined = any(
+                d.executor == executor.name and d.target == claim.target and d.reason is not None
+                for d in record.decisions
+            )
+            ran = any(row.executor == executor.name and claim.overload._opname in row.op for row in rows)
+            if declined or ran:  # a declined claim is shown with its reason
+                continue
+            takers = dict.fromkeys(r.executor for r in rows if r.trace != "program" and _same_op(claim.target, {r.op}))
+            if takers:
+                notes.append(
+                    f"{executor.name}: its claim on {claim.target} never ran: shadowed by executor "
+                    f"{', '.join(map(repr, takers))}, ahead of it in the executor list; "
+                    f"{_priority_hint(next(iter(takers)), priorities or {})} on the claim to run first"
+                )
+            elif any(str(bsym.sym.id) == claim.target for bsym in _walk(program)):
+                notes.append(
+                    f"{executor.name}: its claim on {claim.target} never ran: the program calls it directly and "
+                    "computes gradients, so thunder's autodiff decomposed it before executors were asked (an "
+                    "AtenKernelClaim takes direct torch.ops.aten calls only without gradients; docs/claims.md)"
+                )
+            elif absent:
+                notes.append(
+                    f"{executor.name}: its claim on {claim.target} never ran: no {claim.target} in the traces (an "
+                    "AtenKernelClaim takes the ATen ops of unrolled subclass ops and direct torch.ops.aten calls "
+                    "without gradients, not torch-level calls such as torch.mm or F.linear; docs/claims.md)"
+                )
+    return notes
+
+
+def _priority_hint(executor: str, priorities: Mapping[str, int]) -> str:
+    if executor not in priorities:
+        return "give its executor a priority that lists it first"
+    return f"set priority={priority_ahead_of(priorities[executor])}"
+
+
 def _declines_for(op_name: str, record: CompilationRecord) -> tuple[str, ...]:
     latest = {(d.executor, d.target): d for d in record.decisions}
     return tuple(
@@ -165,8 +220,34 @@ def summarize(rows: list[Row]) -> list[Tally]:
     return tallies
 
 
-def format_summary(rows: list[Row]) -> str:
-    """The summary table, then the before-autodiff decisions (usually few, and the interesting ones)."""
+LEGEND = """\
+ops: the trace's operations the executor runs; claimed: of those, taken by a plugin's claim (its checker
+accepted); fallback: of those, run with no plugin's rule for them (in forward/backward, an ATen overload no
+active plugin registers, run as one eager call; before autodiff, a subclass op differentiated by thunderplug's
+generic rule); declined: ops this executor's checkers declined (reasons with --all)"""
+
+
+def fallback_hint(rows: list[Row], executors: list[str]) -> str | None:
+    """What to do when ATen ops ran through the fallback, or ``None`` when none did."""
+    ran = sorted({row.op for row in rows if row.fallback and row.trace != "program"})
+    if not ran:
+        return None
+    ops = ", ".join(op.removeprefix("fallback_") for op in ran[:8]) + (", ..." if len(ran) > 8 else "")
+    if "aten" not in executors:
+        return (
+            f"{len(ran)} ATen overload(s) ran through the fallback ({ops}): install thunderplug-aten "
+            "(pip install ./plugins/aten_ops) to give them decompositions fusers can take and run the rest as "
+            "single ATen calls"
+        )
+    return (
+        f"{len(ran)} ATen overload(s) no active plugin registers ran through the fallback ({ops}); a plugin can "
+        "register them with register_aten_ops (docs/hooks.md, docs/aten_coverage.md)"
+    )
+
+
+def format_summary(rows: list[Row], *, legend: bool = False) -> str:
+    """The summary table (with the legend of its columns when ``legend``), then the before-autodiff
+    decisions (usually few, and the interesting ones)."""
     tallies = summarize(rows)
     width = max([len(t.executor) for t in tallies] + [len("executor")])
     lines = [f"{'trace':<9} {'executor':<{width}} {'ops':>5} {'claimed':>8} {'fallback':>9} {'declined':>9}"]
@@ -174,12 +255,18 @@ def format_summary(rows: list[Row]) -> str:
         f"{t.trace:<9} {t.executor:<{width}} {t.ops:>5} {t.claimed:>8} {t.fallbacks:>9} {t.declined:>9}"
         for t in tallies
     ]
+    if legend:
+        lines += ["", LEGEND]
     program = [row for row in rows if row.trace == "program"]
     if program:
         lines += ["", "before autodiff (who differentiates each subclass op):"]
-        for row in program:
-            lines.append(f"  {row.op:<40} {row.executor}")
-            lines += [f"  {'':<40}   declined by {reason}" for reason in row.declined]
+        counts: dict[tuple, int] = {}
+        for row in program:  # one line per distinct decision, with how many ops it covers
+            key = (row.op, row.executor, row.declined)
+            counts[key] = counts.get(key, 0) + 1
+        for (op, executor, declined), count in counts.items():
+            lines.append(f"  {op:<40} {executor}" + (f" (x{count})" if count > 1 else ""))
+            lines += [f"  {'':<40}   declined by {reason}" for reason in declined]
     return "\n".join(lines)
 
 

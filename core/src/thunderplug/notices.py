@@ -1,7 +1,8 @@
 """Warnings thunderplug gives its users: each one once per process, and all of them silenceable.
 
-A plugin that is not active changes what ``discover()`` returns, so it deserves a warning rather
-than a log line nobody sees; but a warning on every call would bury the user's own output, so
+A broken plugin (invalid, failed, conflict) changes what ``discover()`` returns, so it deserves a
+warning rather than a log line nobody sees (one that merely cannot run here is only listed); but a
+warning on every call would bury the user's own output, so
 each distinct notice is given once per process (under a lock: the first ``discover()`` may be
 called from several threads at once).
 """

@@ -69,6 +69,35 @@ def format_table(statuses: list[PluginStatus]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class ExecutorEntry:
+    """One executor of ``discover()``'s list, as ``thunderplug plugins`` shows it."""
+
+    name: str
+    #: ``"plugin aten_ops"``, ``"thunderplug (built in)"`` or, for thunder's own defaults, ``"thunder"``
+    provided_by: str
+    priority: int | None
+    description: str
+    #: ``"<claim target>: shadowed by ...; set priority=..."`` for each claim of this executor that never runs
+    shadowed: tuple[str, ...] = ()
+
+
+def format_executor_order(entries: list[ExecutorEntry]) -> str:
+    """discover()'s list, numbered, with who provides each executor and what it does."""
+    headers = ("#", "executor", "provided by", "priority", "description")
+    rows = [
+        (str(i), e.name, e.provided_by, "-" if e.priority is None else str(e.priority), e.description or "-")
+        for i, e in enumerate(entries, 1)
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    shadowed = [(e.name, note) for e in entries for note in e.shadowed]
+    if shadowed:
+        lines += ["", "shadowed claims (they never run):"]
+        lines += [f"  {name}: {note}" for name, note in shadowed]
+    return "\n".join(lines)
+
+
 def _notes(status: PluginStatus) -> list[str]:
     notes = [f"{status.status.value}: {status.reason}"] if status.reason else []
     if status.status is Status.ACTIVE:

@@ -16,7 +16,7 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"", "0", "false", "no", "off"})
 
 STRICT = "THUNDERPLUG_STRICT"  #: re-raise plugin errors instead of reporting them
-QUIET = "THUNDERPLUG_QUIET"  #: no warning about plugins that are not active
+QUIET = "THUNDERPLUG_QUIET"  #: no warning about broken plugins
 PLUGINS = "THUNDERPLUG_PLUGINS"  #: allowlist of plugin names
 DISABLE = "THUNDERPLUG_DISABLE"  #: blocklist of plugin names
 RECOMPILE_LIMIT = "THUNDERPLUG_RECOMPILE_LIMIT"  #: distinct subclass flatten contexts per input before a warning

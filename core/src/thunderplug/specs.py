@@ -33,6 +33,13 @@ class Priority:
     DIRECT = 10  #: run what is left op by op (e.g. ATen overloads as themselves)
 
 
+def priority_ahead_of(priority: int) -> str:
+    """A priority that puts an executor before one of ``priority`` in discover()'s order, as written in a plugin."""
+    if priority < Priority.BEFORE_AUTODIFF:
+        return "Priority.BEFORE_AUTODIFF"
+    return str(priority + 1)
+
+
 @dataclass(frozen=True)
 class ExecutorSpec:
     """One thunder executor a plugin provides.
@@ -41,7 +48,9 @@ class ExecutorSpec:
     selected, so unused executors never import their heavy dependencies. ``unavailable_reason``,
     when given, says why this one executor cannot run here (``None``: it can); it is asked before
     the factory, so one plugin can offer executors for different machines (nvFuser on CUDA, a
-    torch.compile fuser elsewhere) through one entry point.
+    torch.compile fuser elsewhere) through one entry point. ``runs_registered_aten_ops`` says the
+    executor takes every call of every ATen overload a plugin registered (thunderplug-aten's
+    ``aten``), so that a kernel claim listed after it is reported as shadowed.
     """
 
     name: str
@@ -49,6 +58,7 @@ class ExecutorSpec:
     priority: int = Priority.DIRECT
     description: str = ""
     unavailable_reason: Callable[[], str | None] | None = None
+    runs_registered_aten_ops: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -167,13 +177,19 @@ class FunctionClaim:
 
 @dataclass(frozen=True)
 class AtenKernelClaim:
-    """An executor runs an ATen overload of the unrolled program with its own ``kernel``."""
+    """An executor runs an ATen overload with its own ``kernel`` instead of its decomposition.
+
+    It applies where the overload is in the traces thunder's executors claim from (docs/claims.md):
+    the ATen ops of unrolled subclass ops (forward and backward), and direct ``torch.ops.aten``
+    calls of a program that computes no gradient. The default priority puts the claim ahead of
+    fusers and of thunderplug-aten's ``aten`` executor, which would otherwise run the op first.
+    """
 
     executor: str
     overload: Any  # torch._ops.OpOverload
     kernel: Callable[..., Any]
     checker: Checker = accept_all
-    priority: int = Priority.DIRECT
+    priority: int = Priority.BEFORE_AUTODIFF
     stage: ClassVar[Stage] = Stage.AFTER_UNROLLING
 
     def __post_init__(self) -> None:

@@ -17,7 +17,15 @@ def register_aten_ops(register) -> None:
 def register_executors(register) -> None:
     from thunderplug_aten_ops.executor import build_executor
 
-    register(ExecutorSpec("aten", build_executor, Priority.DIRECT, "runs ATen symbols as the overloads themselves"))
+    register(
+        ExecutorSpec(
+            "aten",
+            build_executor,
+            Priority.DIRECT,
+            "runs ATen symbols as the overloads themselves",
+            runs_registered_aten_ops=True,
+        )
+    )
     from thunderplug_aten_ops import eager_kernels
 
     register(
