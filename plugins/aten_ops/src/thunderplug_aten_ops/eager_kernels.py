@@ -37,7 +37,7 @@ import torch
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
-from thunder.extend import OperatorExecutor, register_executor
+from thunder.extend import OperatorExecutor
 
 from thunderplug.fake import to_torch_value
 from thunderplug.thunder_compat import ltorch_private
@@ -336,9 +336,9 @@ def claimed_symbols() -> tuple[Any, ...]:
 
 
 def build_executor() -> OperatorExecutor:
-    """The executor, registered with thunder under :data:`EXECUTOR_NAME`."""
+    """The executor, named :data:`EXECUTOR_NAME`; like the ``aten`` executor, not added to thunder's
+    registry of executors."""
     executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
-    register_executor(executor)
     kernels = _Kernels(executor)
     for symbol, (checker, execute, grad) in _RULES.items():
         rule: Callable[[str], Callable[..., Any]] = lambda name: getattr(kernels, name)  # noqa: E731
