@@ -245,6 +245,12 @@ def report(results: dict[str, dict[str, dict]], comparisons: list[Comparison]) -
     return "\n".join(lines)
 
 
+def always_active_patches() -> list[str]:
+    from thunderplug.thunder_compat import patches
+
+    return [patch.name for patch in patches.PATCHES if "always" in patch.active]
+
+
 def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison], slice_name: str,
              wall: float) -> str:  # fmt: skip
     import thunder
@@ -268,6 +274,9 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
         "`scripts/thunder_suite.py` and `scripts/thunder_suite_plugin.py`.",
         "",
         f"Slice `{slice_name}`: {len(results['stock'])} tests; all modes together took {wall / 60:.0f} min.",
+        "",
+        "The patches active outside `discover()` compilations (\"always\" in docs/patches.md), which the",
+        f"**patches** mode checks: {', '.join(f'`{name}`' for name in always_active_patches())}.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -295,6 +304,24 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
     return "\n".join(lines) + "\n"
 
 
+def pick_bounded(results: dict[str, dict[str, dict]], seconds: float) -> list[str]:
+    """The bounded slice: :data:`ONCE_REGRESSED`, and from each file of a full run an evenly spaced
+    sample (every k-th id) of the tests that took under 5 s in every mode, each file's share of
+    ``seconds`` (the slowest mode's time, summed) in proportion to its number of tests."""
+    ids = sorted(results["stock"])
+    slowest = {i: max((results[m][i].get("seconds") or 60.0) for m in results) for i in ids}
+    picked = [i for i in ONCE_REGRESSED if i in results["stock"]]
+    files = sorted({i.split("::", 1)[0] for i in ids})
+    for file in files:
+        candidates = [i for i in ids if i.split("::", 1)[0] == file and slowest[i] < 5.0 and i not in picked]
+        share = seconds * len([i for i in ids if i.split("::", 1)[0] == file]) / len(ids)
+        mean = sum(slowest[i] for i in candidates) / max(len(candidates), 1)
+        count = min(len(candidates), max(1, int(share / max(mean, 0.05))))
+        stride = max(1, len(candidates) // count) if count else 1
+        picked += candidates[::stride][:count]
+    return picked
+
+
 def run(slice_name: str, modes: list[str], timeout: float, work: Path) -> tuple[dict, list[Comparison], float]:
     tests = thunder_tests_dir()
     work.mkdir(parents=True, exist_ok=True)
@@ -320,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="where logs and results go (default: a temp dir)")
     parser.add_argument("--write-docs", action="store_true", help=f"write {DOCUMENT.relative_to(ROOT)}")
     parser.add_argument("--from-results", type=Path, default=None, help="report a finished run's results.json")
+    parser.add_argument(
+        "--pick-bounded", type=float, default=None, metavar="SECONDS",
+        help=f"with --from-results of a full run: write {BOUNDED_IDS.name}, a sample taking about SECONDS per mode",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES[1:] for m in modes):
@@ -332,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         work = args.work or Path(tempfile.mkdtemp(prefix=f"thunder_suite_{args.slice}_"))
         results, comparisons, wall = run(args.slice, modes, args.timeout, work)
+    if args.pick_bounded is not None:
+        picked = pick_bounded(results, args.pick_bounded)
+        header = f"# scripts/thunder_suite.py --from-results FULL_RESULTS --pick-bounded {args.pick_bounded:g}\n"
+        BOUNDED_IDS.write_text(header + "".join(i + "\n" for i in picked))
+        print(f"wrote {BOUNDED_IDS} ({len(picked)} tests)")
     print(report(results, comparisons))
     print(f"wall time {wall / 60:.1f} min; logs and results.json in {work}")
     if args.write_docs:
