@@ -164,6 +164,35 @@ def collect(tests: Path, work: Path, files: list[str]) -> list[str]:
     return [line.rstrip("\n") for line in out.read_text().splitlines() if line.strip()]
 
 
+def read_records(record: Path) -> tuple[dict[str, dict], str | None]:
+    """The outcomes a record file holds, and the test that started last without ending (if any)."""
+    results: dict[str, dict] = {}
+    started = None
+    for line in record.read_text().splitlines() if record.exists() else ():
+        entry = json.loads(line)
+        if "start" in entry:
+            started = entry["start"]
+        else:
+            results[entry["id"]] = entry
+            started = None
+    return results, started if started not in results else None
+
+
+def from_records(directories: list[Path]) -> dict[str, dict[str, dict]]:
+    """Results assembled from the record files of runs made separately (``<mode>.jsonl`` and the
+    ``select.txt`` of each directory; the first directory that has a mode wins), e.g. modes run in
+    parallel processes."""
+    results: dict[str, dict[str, dict]] = {}
+    for directory in directories:
+        ids = [i for i in (directory / "select.txt").read_text().splitlines() if i]
+        for mode in MODES:
+            if mode in results or not (directory / f"{mode}.jsonl").exists():
+                continue
+            found, _ = read_records(directory / f"{mode}.jsonl")
+            results[mode] = {i: found.get(i, {"id": i, "outcome": "not run", "message": "not run"}) for i in ids}
+    return results
+
+
 def run_mode(tests: Path, work: Path, mode: str, ids: list[str], timeout: float) -> dict[str, dict]:
     """Outcome of each id in ``mode``; a process that dies in a test is restarted after it."""
     select = work / "select.txt"
@@ -181,15 +210,8 @@ def run_mode(tests: Path, work: Path, mode: str, ids: list[str], timeout: float)
             "THUNDER_SUITE_TIMEOUT": str(timeout),
         }
         rc = _pytest(tests, work, mode, env, files)
-        started = None
-        for line in record.read_text().splitlines():
-            entry = json.loads(line)
-            if "start" in entry:
-                started = entry["start"]
-            else:
-                results[entry["id"]] = entry
-                started = None
-        if started is not None and started not in results:  # the process ended inside this test
+        results, started = read_records(record)
+        if started is not None:  # the process ended inside this test
             results[started] = {
                 "id": started,
                 "outcome": "crashed",
@@ -252,7 +274,7 @@ def always_active_patches() -> list[str]:
 
 
 def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison], slice_name: str,
-             wall: float) -> str:  # fmt: skip
+             timing: str) -> str:  # fmt: skip
     import thunder
     import torch
 
@@ -273,7 +295,7 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
         "not in that mode; an improvement fails stock and passes. The slice and the rule of each mode are in",
         "`scripts/thunder_suite.py` and `scripts/thunder_suite_plugin.py`.",
         "",
-        f"Slice `{slice_name}`: {len(results['stock'])} tests; all modes together took {wall / 60:.0f} min.",
+        f"Slice `{slice_name}`: {len(results['stock'])} tests; {timing}.",
         "",
         "The patches active outside `discover()` compilations (\"always\" in docs/patches.md), which the",
         f"**patches** mode checks: {', '.join(f'`{name}`' for name in always_active_patches())}.",
@@ -347,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="where logs and results go (default: a temp dir)")
     parser.add_argument("--write-docs", action="store_true", help=f"write {DOCUMENT.relative_to(ROOT)}")
     parser.add_argument("--from-results", type=Path, default=None, help="report a finished run's results.json")
+    parser.add_argument("--records", type=Path, nargs="+", default=None, help="report the record files in DIRS")
     parser.add_argument(
         "--pick-bounded", type=float, default=None, metavar="SECONDS",
         help=f"with --from-results of a full run: write {BOUNDED_IDS.name}, a sample taking about SECONDS per mode",
@@ -355,23 +378,33 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES[1:] for m in modes):
         parser.error(f"--modes takes {', '.join(MODES[1:])}")
-    if args.from_results is not None:  # the report (and document) of a finished run
+    if args.records:  # modes run separately
+        results = from_records(args.records)
+        comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
+        seconds = {m: sum(r.get("seconds") or 0.0 for r in outcomes.values()) for m, outcomes in results.items()}
+        timing = "time in tests, per mode (run separately): " + ", ".join(
+            f"{m} {t / 60:.0f} min" for m, t in seconds.items()
+        )
+        work = args.records[0]
+    elif args.from_results is not None:  # the report (and document) of a finished run
         saved = json.loads(args.from_results.read_text())
-        results, wall, args.slice = saved["results"], saved["wall"], saved["slice"]
+        results, args.slice = saved["results"], saved["slice"]
+        timing = f"all modes together took {saved['wall'] / 60:.0f} min"
         comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
         work = args.from_results.parent
     else:
         work = args.work or Path(tempfile.mkdtemp(prefix=f"thunder_suite_{args.slice}_"))
         results, comparisons, wall = run(args.slice, modes, args.timeout, work)
+        timing = f"all modes together took {wall / 60:.0f} min"
     if args.pick_bounded is not None:
         picked = pick_bounded(results, args.pick_bounded)
         header = f"# scripts/thunder_suite.py --from-results FULL_RESULTS --pick-bounded {args.pick_bounded:g}\n"
         BOUNDED_IDS.write_text(header + "".join(i + "\n" for i in picked))
         print(f"wrote {BOUNDED_IDS} ({len(picked)} tests)")
     print(report(results, comparisons))
-    print(f"wall time {wall / 60:.1f} min; logs and results.json in {work}")
+    print(f"{timing}; logs and results in {work}")
     if args.write_docs:
-        DOCUMENT.write_text(markdown(results, comparisons, args.slice, wall))
+        DOCUMENT.write_text(markdown(results, comparisons, args.slice, timing))
         print(f"wrote {DOCUMENT}")
     return 1 if any(c.regressions for c in comparisons) else 0
 
