@@ -178,14 +178,14 @@ def read_records(record: Path) -> tuple[dict[str, dict], str | None]:
     return results, started if started not in results else None
 
 
-def from_records(directories: list[Path]) -> dict[str, dict[str, dict]]:
+def from_records(directories: list[Path], modes: tuple[str, ...] = MODES) -> dict[str, dict[str, dict]]:
     """Results assembled from the record files of runs made separately (``<mode>.jsonl`` and the
     ``select.txt`` of each directory; the first directory that has a mode wins), e.g. modes run in
     parallel processes."""
     results: dict[str, dict[str, dict]] = {}
     for directory in directories:
         ids = [i for i in (directory / "select.txt").read_text().splitlines() if i]
-        for mode in MODES:
+        for mode in modes:
             if mode in results or not (directory / f"{mode}.jsonl").exists():
                 continue
             found, _ = read_records(directory / f"{mode}.jsonl")
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(m not in MODES[1:] for m in modes):
         parser.error(f"--modes takes {', '.join(MODES[1:])}")
     if args.records:  # modes run separately
-        results = from_records(args.records)
+        results = from_records(args.records, ("stock", *modes))
         comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
         seconds = {m: sum(r.get("seconds") or 0.0 for r in outcomes.values()) for m, outcomes in results.items()}
         timing = "time in tests, per mode (run separately): " + ", ".join(
