@@ -380,11 +380,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--modes takes {', '.join(MODES[1:])}")
     if args.records:  # modes run separately
         results = from_records(args.records, ("stock", *modes))
+        slice_size = len(results["stock"])
+        finished = [i for i in results["stock"] if all(r[i]["outcome"] != "not run" for r in results.values())]
+        results = {mode: {i: outcomes[i] for i in finished} for mode, outcomes in results.items()}
         comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
         seconds = {m: sum(r.get("seconds") or 0.0 for r in outcomes.values()) for m, outcomes in results.items()}
         timing = "time in tests, per mode (run separately): " + ", ".join(
             f"{m} {t / 60:.0f} min" for m, t in seconds.items()
         )
+        if len(finished) < slice_size:
+            timing += f"; **partial**: the {len(finished)} of the slice's {slice_size} tests that had run in every mode"
         work = args.records[0]
     elif args.from_results is not None:  # the report (and document) of a finished run
         saved = json.loads(args.from_results.read_text())
