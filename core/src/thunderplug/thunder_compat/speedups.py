@@ -44,9 +44,11 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   (ATen ops the ``aten`` executor runs) and the ops the torch executor runs are all of this kind:
   ~10% of a 2-layer float8 GPT's first call, and the new proxies make every later bound symbol
   (with its subsymbol tree) be copied to swap them in. They are bound to the operator with the
-  outputs they have (the subsymbols an operator registered ``like=`` a symbol gets when called
-  are the symbol's own, which the bound symbol already holds); what an execution transform
-  records is renamed to the original outputs where they match; unclaimed composites are
+  outputs they have, and with what thunder's pass gives them: an operator registered ``like=`` a
+  symbol has one subsymbol, a call of that symbol (the bound symbol itself, which holds the
+  symbol's own decomposition), and the arguments are rebuilt as thunder's proxy swap rebuilds
+  them (a ``torch.Size`` becomes a tuple, which the generated code can print); what an execution
+  transform records is renamed to the original outputs where they match; unclaimed composites are
   flattened into their subsymbols as thunder does. thunder's pass gets the result: it keeps what
   is claimed and does the rest itself. Not applied when the compilation has thunder transforms:
   those may re-shape inputs (sharding, quantization) and rely on the metas running again.
@@ -72,7 +74,7 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS
 from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.proxies import CollectionProxy, Proxy, TensorProxy, variableify
-from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass
+from thunder.core.pytree import tree_flatten, tree_flatten_with_dataclass, tree_unflatten
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor, OperatorExecutor
@@ -231,20 +233,40 @@ def _own_operator(executor: OperatorExecutor, bsym: BoundSymbol) -> Symbol | Non
 
 
 def _bound_to(operator: Symbol, bsym: BoundSymbol) -> BoundSymbol:
-    """``bsym`` as a call of an executor's ``operator``, with its own outputs, tags and source line.
+    """``bsym`` as a call of an executor's ``operator``, with its own outputs, tags and source line,
+    its subsymbols and arguments as thunder's pass gives them (a call of ``bsym``'s symbol under an
+    operator registered ``like=`` it; the arguments rebuilt by thunder's pytree, as every bound
+    symbol thunder's pass records is when it swaps in the operator's new outputs).
     ``Symbol.bind`` would first normalize the arguments against the operator's meta (an
     ``inspect.signature`` each time); they already are when the meta is ``bsym``'s symbol or
     takes anything (``*args, **kwargs``: the ``aten`` executor's operators)."""
-    subsymbols = () if operator.is_prim else bsym.subsymbols
+    subsymbols = () if operator.is_prim else (_symbol_call(bsym),)
+    args, kwargs = _rebuilt(bsym.args), _rebuilt(bsym.kwargs)
     normalized = operator.meta is bsym.sym or (not isinstance(operator.meta, Symbol) and _takes_anything(operator.meta))
     if normalized:
-        bound = BoundSymbol(operator, args=bsym.args, kwargs=bsym.kwargs, output=bsym.output, subsymbols=subsymbols)
+        bound = BoundSymbol(operator, args=args, kwargs=kwargs, output=bsym.output, subsymbols=subsymbols)
         if operator._bind_postprocess is not None:
             operator._bind_postprocess(bound)
     else:
-        bound = operator.bind(*bsym.args, output=bsym.output, subsymbols=subsymbols, **bsym.kwargs)
+        bound = operator.bind(*args, output=bsym.output, subsymbols=subsymbols, **kwargs)
     bound.header = bsym.header
     return _in_place_of(bound, bsym)
+
+
+def _symbol_call(bsym: BoundSymbol) -> BoundSymbol:
+    """``bsym`` as the subsymbol thunder records when an operator registered ``like=`` its symbol
+    runs that symbol: a new bound symbol (tags of its own) sharing ``bsym``'s decomposition."""
+    return bsym.from_bsym(tags=set())
+
+
+def _rebuilt(value: Any) -> Any:
+    """``value`` flattened and unflattened by thunder's pytree, as thunder's proxy swap does
+    (``torch.Size`` -> tuple); unchanged where it holds a ``CollectionProxy`` (which the swap
+    rewrites in place)."""
+    flat, spec = tree_flatten_with_dataclass(value)
+    if any(isinstance(leaf, CollectionProxy) for leaf in flat):
+        return value
+    return tree_unflatten(flat, spec)
 
 
 def _in_place_of(recorded: BoundSymbol, bsym: BoundSymbol) -> BoundSymbol:

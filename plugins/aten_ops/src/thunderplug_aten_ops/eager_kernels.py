@@ -16,12 +16,16 @@ with ``reduction="none"``), which the kernels, fed the shapes ``nll_loss_nd`` fe
 cross-entropy with label smoothing (declined here) reaches them through thunder's composition.
 
 How: one thunder ``OperatorExecutor``; each ltorch symbol gets
-``register_implementation(symbol, checker=..., execution_transform=..., grad_transform=...)``, the
-extension point thunder's own sdpa executor uses. The executor sits before the fusers
-(``Priority.BEFORE_AUTODIFF``), so thunder's autodiff asks it first and takes its grad rule: the
-forward kernel is recorded in the forward trace, the backward kernel (fed by the kernel's own saved
-outputs, such as LayerNorm's mean and rstd) in the backward trace. Each kernel's output metadata
-comes from running the overload on meta tensors, never from a guess.
+``register_implementation(symbol, operator, checker=..., grad_transform=...)``, the extension point
+thunder's own sdpa executor uses. The executor sits before the fusers (``Priority.BEFORE_AUTODIFF``),
+so thunder's autodiff asks it first and takes its grad rule: the forward kernel is recorded in the
+forward trace, the backward kernel (fed by the kernel's own saved outputs, such as LayerNorm's mean
+and rstd) in the backward trace, as thunder's sdpa executor records its kernels. Each kernel's output
+metadata comes from running the overload on meta tensors, never from a guess. Without grad, the op
+stays thunder's symbol in the trace (traces are read by thunder's transforms, its tests and users'
+tools): the operator is registered ``like=`` it and calls eager's own function
+(``torch.nn.functional.gelu``, ``torch.softmax``, ...), printed as thunder's torch executor prints
+it; eager's function runs the same ATen kernel that the checker found eager picks.
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
@@ -40,7 +44,7 @@ import torch
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
-from thunder.extend import OperatorExecutor, register_executor
+from thunder.extend import OperatorExecutor
 
 from thunderplug.fake import to_torch_value
 from thunderplug.thunder_compat import ltorch_private
@@ -149,15 +153,17 @@ class _Kernels:
         self.sdpa_backward = op(
             "eager_sdpa_flash_cpu_backward", aten._scaled_dot_product_flash_attention_for_cpu_backward.default
         )
+        #: without grad: thunder's symbol, run as eager's function
+        self.inference = {
+            symbol: executor.register_operator(name, like=symbol, module=module)
+            for symbol, (name, module) in _INFERENCE.items()
+        }
 
     # gelu ---------------------------------------------------------------------------------------
 
     @staticmethod
     def gelu_checker(a: Any, /, *, approximate: str = "none") -> bool:
         return _float(a) and approximate in ("none", "tanh")
-
-    def gelu_execute(self, a: TensorProxy, /, *, approximate: str = "none") -> TensorProxy:
-        return self.gelu(a, approximate)
 
     def gelu_grad(self, a: TensorProxy, /, *, approximate: str = "none") -> TensorProxy:
         out = self.gelu(a, approximate)
@@ -169,9 +175,6 @@ class _Kernels:
     @staticmethod
     def layer_norm_checker(a: Any, /, normalized_shape: Sequence[int], weight=None, bias=None, eps=1e-5) -> bool:
         return _float(a) and _plain(weight, bias)
-
-    def layer_norm_execute(self, a, /, normalized_shape, weight=None, bias=None, eps=1e-5):
-        return self.layer_norm(a, list(normalized_shape), weight, bias, eps)[0]
 
     def layer_norm_grad(self, a, /, normalized_shape, weight=None, bias=None, eps=1e-5):
         shape = list(normalized_shape)
@@ -192,7 +195,7 @@ class _Kernels:
         return _float(a) and (dtype is None or dtypes.to_dtype(dtype) == a.dtype)
 
     def softmax_execute(self, a, /, dim, *, dtype=None):
-        return self.softmax(a, dim, False)
+        return self.inference[ltorch_private("_softmax")](a, dim)  # the checker ensured dtype is a's
 
     def softmax_grad(self, a, /, dim, *, dtype=None):
         out = self.softmax(a, dim, False)
@@ -200,7 +203,7 @@ class _Kernels:
         return out
 
     def log_softmax_execute(self, a, /, dim, *, dtype=None):
-        return self.log_softmax(a, dim, False)
+        return self.inference[ltorch.log_softmax](a, dim)
 
     def log_softmax_grad(self, a, /, dim, *, dtype=None):
         out = self.log_softmax(a, dim, False)
@@ -235,20 +238,6 @@ class _Kernels:
             and label_smoothing == 0.0
         )
 
-    def cross_entropy_execute(
-        self,
-        a,
-        /,
-        target,
-        weight=None,
-        size_average=None,
-        ignore_index=-100,
-        reduce=None,
-        reduction="mean",
-        label_smoothing=0.0,
-    ):
-        return self._cross_entropy(a, target, weight, _REDUCTIONS[reduction], ignore_index)[0]
-
     def cross_entropy_grad(
         self,
         a,
@@ -267,10 +256,6 @@ class _Kernels:
         g_logp = self._nll_loss_grad(get_grad(out), logp, target, weight, code, ignore_index, *saved)
         put_grad(a, self.log_softmax_backward(g_logp, logp, _class_dim(a), a.dtype))
         return out
-
-    def _cross_entropy(self, a, target, weight, code, ignore_index):
-        logp = self.log_softmax(a, _class_dim(a), False)
-        return self._nll_loss(logp, target, weight, code, ignore_index)
 
     # nll_loss: what cross_entropy composes; thunder's own backward returns an (n, c, 1, -1) gradient
     # for 3-D and 5-D+ inputs and reads an unspecified ignore_index as None -------------------------
@@ -332,9 +317,6 @@ class _Kernels:
             return False
         return _eager_sdpa_backend(q, k, v, is_causal, scale) == torch.nn.attention.SDPBackend.FLASH_ATTENTION
 
-    def sdpa_execute(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
-        return self.sdpa(q, k, v, dropout_p, is_causal, None, scale)[0]
-
     def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
         out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, None, scale)
         gq, gk, gv = self.sdpa_backward(get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, None, scale)
@@ -359,15 +341,26 @@ def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
     return torch.nn.attention.SDPBackend(choice)
 
 
-#: ltorch symbol -> (checker, execution transform, grad transform) names on :class:`_Kernels`.
-_RULES: dict[Any, tuple[str, str, str]] = {
-    ltorch.gelu: ("gelu_checker", "gelu_execute", "gelu_grad"),
-    ltorch.layer_norm: ("layer_norm_checker", "layer_norm_execute", "layer_norm_grad"),
+#: ltorch symbol -> (checker, execution transform or None, grad transform) names on :class:`_Kernels`.
+_RULES: dict[Any, tuple[str, str | None, str]] = {
+    ltorch.gelu: ("gelu_checker", None, "gelu_grad"),
+    ltorch.layer_norm: ("layer_norm_checker", None, "layer_norm_grad"),
     ltorch_private("_softmax"): ("softmax_checker", "softmax_execute", "softmax_grad"),
     ltorch.log_softmax: ("softmax_checker", "log_softmax_execute", "log_softmax_grad"),
-    ltorch.cross_entropy: ("cross_entropy_checker", "cross_entropy_execute", "cross_entropy_grad"),
+    ltorch.cross_entropy: ("cross_entropy_checker", None, "cross_entropy_grad"),
     ltorch.nll_loss: ("nll_loss_checker", "nll_loss_execute", "nll_loss_grad"),
-    ltorch.scaled_dot_product_attention: ("sdpa_checker", "sdpa_execute", "sdpa_grad"),
+    ltorch.scaled_dot_product_attention: ("sdpa_checker", None, "sdpa_grad"),
+}
+
+#: ltorch symbol -> the eager function its operator calls without grad (name, module), as thunder's
+#: torch executor names them.
+_INFERENCE: dict[Any, tuple[str, Any]] = {
+    ltorch.gelu: ("gelu", torch.nn.functional),
+    ltorch.layer_norm: ("layer_norm", torch.nn.functional),
+    ltorch_private("_softmax"): ("softmax", torch),
+    ltorch.log_softmax: ("log_softmax", torch.nn.functional),
+    ltorch.cross_entropy: ("cross_entropy", torch.nn.functional),
+    ltorch.scaled_dot_product_attention: ("scaled_dot_product_attention", torch.nn.functional),
 }
 
 
@@ -377,13 +370,16 @@ def claimed_symbols() -> tuple[Any, ...]:
 
 
 def build_executor() -> OperatorExecutor:
-    """The executor, registered with thunder under :data:`EXECUTOR_NAME`."""
+    """The executor, named :data:`EXECUTOR_NAME`; like the ``aten`` executor, not added to thunder's
+    registry of executors."""
     executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
-    register_executor(executor)
     kernels = _Kernels(executor)
     for symbol, (checker, execute, grad) in _RULES.items():
-        rule: Callable[[str], Callable[..., Any]] = lambda name: getattr(kernels, name)  # noqa: E731
         executor.register_implementation(
-            symbol, checker=rule(checker), execution_transform=rule(execute), grad_transform=rule(grad)
+            symbol,
+            kernels.inference.get(symbol),
+            checker=getattr(kernels, checker),
+            execution_transform=getattr(kernels, execute) if execute is not None else None,
+            grad_transform=getattr(kernels, grad),
         )
     return executor

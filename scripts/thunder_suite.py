@@ -1,0 +1,418 @@
+"""Never worse than stock thunder (issue 23): thunder 0.2.6's own shipped tests (``thunder/tests/`` in
+its wheel), run stock, with thunderplug's patches installed (executors unchanged), and with
+thunderplug's executors injected into every ``thunder.jit``; outcomes compared per test id.
+
+    python scripts/thunder_suite.py                       # the bounded slice (SLICE_BOUNDED below)
+    python scripts/thunder_suite.py --slice full          # the CPU slice of issue 23 (about an hour)
+    python scripts/thunder_suite.py --slice full --write-docs   # and docs/thunder_suite.md
+    THUNDER_SUITE=full python -m pytest tests/test_thunder_suite.py   # the full slice as a test
+
+How each mode runs is in ``scripts/thunder_suite_plugin.py`` (a pytest plugin loaded into thunder's
+test session). A *regression* is a test that passes stock and does not pass in a thunderplug mode;
+an *improvement* one that fails stock and passes. A regression listed in :data:`EXPECTED` (stock
+thunder wrong against eager, thunderplug right) is reported as expected, with its reason and the
+test of eager's behaviour in tests/test_thunder_suite.py; every other one makes the script exit 1.
+A test that crashes the process or runs past ``--timeout`` is recorded as ``crashed`` and the run
+goes on with the tests after it. thunder's tests need ``pytest-benchmark`` (its conftest) and
+``fdm`` (test_grad): the project's ``test`` extra installs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_DIR = Path(__file__).resolve().parent
+DOCUMENT = ROOT / "docs" / "thunder_suite.md"
+BOUNDED_IDS = PLUGIN_DIR / "thunder_suite_bounded.txt"
+MODES = ("stock", "patches", "discover")
+PASSING = {"passed"}
+FAILING = {"failed", "error", "crashed"}
+
+#: The files of the full slice (issue 23's CPU slice), each with the rule that keeps a collected id.
+FULL_FILES = (
+    "test_core.py",
+    "test_jit_general.py",
+    "test_networks.py",
+    "test_transforms.py",
+    "test_inplace_copy.py",
+    "test_update_aliases.py",
+    "test_autocast.py",
+    "test_dynamo.py",
+    "test_interpreter.py",
+    "test_extend.py",
+    "test_recipes.py",
+    "test_ops.py",
+    "test_grad.py",
+)
+
+#: The ops of test_ops.py and test_grad.py in the full slice (OpInfo names), run in these dtypes.
+OPS = (
+    "abs", "add", "amax", "avg_pool2d", "batch_norm", "cat_wrapper", "conv2d", "cross_entropy", "cumsum", "div",
+    "embedding", "exp", "gather", "gelu", "getitem", "group_norm", "index_add", "index_copy", "layer_norm", "linear",
+    "log", "log_softmax", "masked_fill", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "mean", "mul",
+    "nll_loss", "permute", "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "scatter_add", "sigmoid",
+    "sin", "softmax", "sum", "tanh", "topk", "transpose", "var_mean", "where",
+)  # fmt: skip
+OP_DTYPES = ("float32", "int64", "bool8")
+_OP_TEST = re.compile(
+    r"^test_(ops|grad)\.py::(test_core_vs_torch_consistency|test_core_vs_numpy_consistency|test_errors"
+    r"|test_phantom_grad_vs_torch_consistency)_(?P<op>\w+)_torch_cpu_thunder\.dtypes\.(?P<dtype>\w+)$"
+)
+#: test_grad.py's tests that are not per op, on CPU (float32 or no dtype)
+_GRAD_TEST = re.compile(
+    r"^test_grad\.py::(?!test_vjp_correctness|test_phantom_grad_vs)\w+_torch_cpu_(None|thunder\.dtypes\.float32)$"
+)
+
+
+def in_full_slice(test_id: str) -> bool:
+    """Whether a collected test id is in the full slice: every test of the files above, except
+    test_dynamo's reproducer and benchmark tests (they write and run scripts, or time things) and,
+    in test_ops/test_grad, what is not an op of :data:`OPS` in :data:`OP_DTYPES` on CPU (or one of
+    test_grad's non-op tests on CPU)."""
+    file = test_id.split("::", 1)[0]
+    if file == "test_dynamo.py":
+        return not re.search(r"reproducer|benchmark", test_id, re.IGNORECASE)
+    if file in ("test_ops.py", "test_grad.py"):
+        match = _OP_TEST.match(test_id)
+        if match:
+            return match["op"] in OPS and match["dtype"] in OP_DTYPES
+        return file == "test_grad.py" and bool(_GRAD_TEST.match(test_id))
+    return file in FULL_FILES
+
+
+#: The 13 tests issue 23 found regressed under discover() (all in the bounded slice), by cause:
+ONCE_REGRESSED = (
+    # 1. outputs marked non-differentiable that eager differentiates (output_grads)
+    "test_core.py::test_set_grad_enabled[False-False-True-2-False]",
+    "test_core.py::test_set_grad_enabled[False-False-True-2-True]",
+    "test_core.py::test_set_grad_enabled[False-True-False-1-True]",
+    "test_core.py::test_set_grad_enabled[False-True-True-2-True]",
+    "test_jit_general.py::test_autograd_function_apply_with_no_grad",
+    "test_update_aliases.py::test_higher_order_inplace_alias_update_torch_cpu_thunder.dtypes.float32",
+    # 2. the "claims bound directly" speedup
+    "test_ops.py::test_core_vs_torch_consistency_max_pool1d_torch_cpu_thunder.dtypes.float32",
+    "test_ops.py::test_core_vs_torch_consistency_max_pool2d_torch_cpu_thunder.dtypes.float32",
+    "test_ops.py::test_core_vs_torch_consistency_max_pool3d_torch_cpu_thunder.dtypes.float32",
+    "test_jit_general.py::test_matmul_nd_times_2d_runs_2d_gemm[cpu]",
+    # 3. the is_compiling lookaside (needs transformers)
+    "test_networks.py::test_hf_bert",
+    # 4. eager_kernels took SDPA out of the trace
+    "test_core.py::test_torch_scaled_dot_product_attention_non_decomposed_torch_cpu_None",
+    # 5. discover() added its executors to thunder's registry (also with executors unchanged)
+    "test_extend.py::test_get_all_executors_includes_all_native_executors",
+)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A difference from stock that is right: stock thunder disagrees with eager, thunderplug agrees."""
+
+    reason: str
+    eager_test: str  # the test in tests/test_thunder_suite.py that checks eager's behaviour
+
+
+#: test id -> why its stock outcome is wrong (none so far: every regression found was a thunderplug bug).
+EXPECTED: dict[str, Expected] = {}
+
+
+def thunder_tests_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("thunder")
+    if spec is None or spec.origin is None:
+        raise SystemExit("thunder is not installed")
+    return Path(spec.origin).parent / "tests"
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("THUNDERPLUG_QUIET", "1")
+    return env
+
+
+def _pytest(tests: Path, work: Path, mode: str, extra_env: dict[str, str], args: list[str]) -> int:
+    """One pytest process over thunder's tests (its own conftest, none of this project's options)."""
+    ini = work / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    command = [
+        sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(tests), "-p", "no:cacheprovider",
+        "-p", "thunder_suite_plugin", "-q", "--no-header", "--continue-on-collection-errors", *args,
+    ]  # fmt: skip
+    env = {**_environment(), "THUNDER_SUITE_MODE": mode, **extra_env}
+    with open(work / f"{mode}.log", "a") as log:
+        return subprocess.call(command, cwd=tests, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def collect(tests: Path, work: Path, files: list[str]) -> list[str]:
+    """Every test id pytest collects in ``files``."""
+    out = work / "collected.txt"
+    _pytest(tests, work, "stock", {"THUNDER_SUITE_COLLECTED": str(out)}, ["--collect-only", *files])
+    if not out.exists():
+        raise SystemExit(f"collection failed: see {work / 'stock.log'}")
+    return [line.rstrip("\n") for line in out.read_text().splitlines() if line.strip()]
+
+
+def read_records(record: Path) -> tuple[dict[str, dict], str | None]:
+    """The outcomes a record file holds, and the test that started last without ending (if any)."""
+    results: dict[str, dict] = {}
+    started = None
+    for line in record.read_text().splitlines() if record.exists() else ():
+        entry = json.loads(line)
+        if "start" in entry:
+            started = entry["start"]
+        else:
+            results[entry["id"]] = entry
+            started = None
+    return results, started if started not in results else None
+
+
+def from_records(directories: list[Path], modes: tuple[str, ...] = MODES) -> dict[str, dict[str, dict]]:
+    """Results assembled from the record files of runs made separately (``<mode>.jsonl`` and the
+    ``select.txt`` of each directory; the first directory that has a mode wins), e.g. modes run in
+    parallel processes."""
+    results: dict[str, dict[str, dict]] = {}
+    for directory in directories:
+        ids = [i for i in (directory / "select.txt").read_text().splitlines() if i]
+        for mode in modes:
+            if mode in results or not (directory / f"{mode}.jsonl").exists():
+                continue
+            found, _ = read_records(directory / f"{mode}.jsonl")
+            results[mode] = {i: found.get(i, {"id": i, "outcome": "not run", "message": "not run"}) for i in ids}
+    return results
+
+
+def run_mode(tests: Path, work: Path, mode: str, ids: list[str], timeout: float) -> dict[str, dict]:
+    """Outcome of each id in ``mode``; a process that dies in a test is restarted after it."""
+    select = work / "select.txt"
+    select.write_text("".join(i + "\n" for i in ids))
+    record, done = work / f"{mode}.jsonl", work / f"{mode}.done"
+    record.unlink(missing_ok=True)
+    done.write_text("")
+    files = sorted({i.split("::", 1)[0] for i in ids})
+    results: dict[str, dict] = {}
+    for _ in range(len(ids) + 1):
+        env = {
+            "THUNDER_SUITE_RECORD": str(record),
+            "THUNDER_SUITE_SELECT": str(select),
+            "THUNDER_SUITE_DONE": str(done),
+            "THUNDER_SUITE_TIMEOUT": str(timeout),
+        }
+        rc = _pytest(tests, work, mode, env, files)
+        results, started = read_records(record)
+        if started is not None:  # the process ended inside this test
+            results[started] = {
+                "id": started,
+                "outcome": "crashed",
+                "message": f"the process ended during the test (crash, or over {timeout:g} s; rc {rc})",
+                "seconds": None,
+            }
+            with open(record, "a") as f:
+                f.write(json.dumps(results[started]) + "\n")
+        done.write_text("".join(i + "\n" for i in results))
+        if started is None:
+            break
+    for missing in set(ids) - set(results):
+        results[missing] = {"id": missing, "outcome": "not run", "message": "not collected in this mode"}
+    return results
+
+
+@dataclass
+class Comparison:
+    mode: str
+    regressions: list[str]
+    expected: list[str]
+    improvements: list[str]
+
+
+def compare(stock: dict[str, dict], other: dict[str, dict], mode: str) -> Comparison:
+    regressions, expected, improvements = [], [], []
+    for test_id in sorted(stock):
+        before, after = stock[test_id]["outcome"], other.get(test_id, {}).get("outcome", "not run")
+        if before in PASSING and after not in PASSING:
+            (expected if test_id in EXPECTED else regressions).append(test_id)
+        elif before in FAILING and after in PASSING:
+            improvements.append(test_id)
+    return Comparison(mode, regressions, expected, improvements)
+
+
+def report(results: dict[str, dict[str, dict]], comparisons: list[Comparison]) -> str:
+    lines = []
+    for mode, outcomes in results.items():
+        counts = Counter(r["outcome"] for r in outcomes.values())
+        lines.append(f"{mode:9} {len(outcomes)} tests: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+    for c in comparisons:
+        lines.append(
+            f"{c.mode}: {len(c.regressions)} regressions, {len(c.expected)} expected differences, "
+            f"{len(c.improvements)} improvements"
+        )
+        for test_id in c.regressions:
+            lines.append(f"  REGRESSION {test_id}: {results[c.mode][test_id]['outcome']}: "
+                         f"{results[c.mode][test_id]['message']}")  # fmt: skip
+        for test_id in c.expected:
+            lines.append(f"  expected   {test_id}: {EXPECTED[test_id].reason} ({EXPECTED[test_id].eager_test})")
+        for test_id in c.improvements:
+            lines.append(f"  improved   {test_id} (stock: {results['stock'][test_id]['message']})")
+    return "\n".join(lines)
+
+
+def always_active_patches() -> list[str]:
+    from thunderplug.thunder_compat import patches
+
+    return [patch.name for patch in patches.PATCHES if "always" in patch.active]
+
+
+def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison], slice_name: str,
+             timing: str) -> str:  # fmt: skip
+    import thunder
+    import torch
+
+    modes = list(results)
+    files = sorted({i.split("::", 1)[0] for i in results["stock"]})
+    by_mode = {c.mode: c for c in comparisons}
+    header = ["file", "tests", *(f"{m} passed" for m in modes), *(f"{c.mode} regressions" for c in comparisons),
+              *(f"{c.mode} improvements" for c in comparisons)]  # fmt: skip
+    lines = [
+        "# thunder's own test suite under thunderplug",
+        "",
+        f"Generated by `python scripts/thunder_suite.py --slice {slice_name} --write-docs` (issue 23); do not edit",
+        "by hand. thunder's shipped tests (lightning-thunder "
+        f"{thunder.__version__}, torch {torch.__version__}, CPU) run in three modes: **stock**; **patches**",
+        "(`discover()` called, so thunderplug's patches are installed and its executors built, but `thunder.jit`",
+        "unchanged); **discover** (every `thunder.jit` given thunderplug's executors: `executors=None` becomes",
+        "`discover()`, a list `L` becomes `discover(include_defaults=False) + L`). A regression passes stock and",
+        "not in that mode; an improvement fails stock and passes. The slice and the rule of each mode are in",
+        "`scripts/thunder_suite.py` and `scripts/thunder_suite_plugin.py`.",
+        "",
+        f"Slice `{slice_name}`: {len(results['stock'])} tests; {timing}.",
+        "",
+        "The patches active outside `discover()` compilations (\"always\" in docs/patches.md), which the",
+        f"**patches** mode checks: {', '.join(f'`{name}`' for name in always_active_patches())}.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    totals = [0] * (len(header) - 1)
+    for file in files:
+        ids = [i for i in results["stock"] if i.split("::", 1)[0] == file]
+        row = [len(ids)]
+        row += [sum(results[m][i]["outcome"] in PASSING for i in ids) for m in modes]
+        row += [sum(i.split("::", 1)[0] == file for i in by_mode[c.mode].regressions) for c in comparisons]
+        row += [sum(i.split("::", 1)[0] == file for i in by_mode[c.mode].improvements) for c in comparisons]
+        totals = [t + v for t, v in zip(totals, row)]
+        lines.append(f"| {file} | " + " | ".join(str(v) for v in row) + " |")
+    lines.append("| **all** | " + " | ".join(f"**{v}**" for v in totals) + " |")
+    for c in comparisons:
+        lines += ["", f"## {c.mode}: regressions", ""]
+        lines += [f"- `{i}`: {results[c.mode][i]['outcome']}: {results[c.mode][i]['message']}" for i in c.regressions]
+        lines += [] if c.regressions else ["None."]
+        if c.expected:
+            lines += ["", f"Expected differences ({c.mode}):", ""]
+            lines += [f"- `{i}`: {EXPECTED[i].reason} (eager: `{EXPECTED[i].eager_test}`)" for i in c.expected]
+        if c.improvements:
+            lines += ["", f"Improvements ({c.mode}):", ""]
+            lines += [f"- `{i}` (stock: {results['stock'][i]['message']})" for i in c.improvements]
+    return "\n".join(lines) + "\n"
+
+
+def pick_bounded(results: dict[str, dict[str, dict]], seconds: float) -> list[str]:
+    """The bounded slice: :data:`ONCE_REGRESSED`, and from each file of a full run an evenly spaced
+    sample (every k-th id) of the tests that took under 5 s in every mode, each file's share of
+    ``seconds`` (the slowest mode's time, summed) in proportion to its number of tests."""
+    ids = sorted(results["stock"])
+    slowest = {i: max((results[m][i].get("seconds") or 60.0) for m in results) for i in ids}
+    picked = list(ONCE_REGRESSED)
+    files = sorted({i.split("::", 1)[0] for i in ids})
+    for file in files:
+        candidates = [i for i in ids if i.split("::", 1)[0] == file and slowest[i] < 5.0 and i not in picked]
+        share = seconds * len([i for i in ids if i.split("::", 1)[0] == file]) / len(ids)
+        mean = sum(slowest[i] for i in candidates) / max(len(candidates), 1)
+        count = min(len(candidates), max(1, int(share / max(mean, 0.05))))
+        stride = max(1, len(candidates) // count) if count else 1
+        picked += candidates[::stride][:count]
+    return picked
+
+
+def run(slice_name: str, modes: list[str], timeout: float, work: Path) -> tuple[dict, list[Comparison], float]:
+    tests = thunder_tests_dir()
+    work.mkdir(parents=True, exist_ok=True)
+    for log in work.glob("*.log"):
+        log.unlink()
+    started = time.monotonic()
+    if slice_name == "full":
+        ids = [i for i in collect(tests, work, list(FULL_FILES)) if in_full_slice(i)]
+    else:
+        ids = [line for line in BOUNDED_IDS.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    results = {mode: run_mode(tests, work, mode, ids, timeout) for mode in ["stock", *modes]}
+    comparisons = [compare(results["stock"], results[mode], mode) for mode in modes]
+    wall = time.monotonic() - started
+    (work / "results.json").write_text(json.dumps({"slice": slice_name, "wall": wall, "results": results}, indent=1))
+    return results, comparisons, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--slice", choices=("bounded", "full"), default=os.environ.get("THUNDER_SUITE", "bounded"))
+    parser.add_argument("--modes", default="patches,discover", help="compared with stock (comma-separated)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one test may take")
+    parser.add_argument("--work", type=Path, default=None, help="where logs and results go (default: a temp dir)")
+    parser.add_argument("--write-docs", action="store_true", help=f"write {DOCUMENT.relative_to(ROOT)}")
+    parser.add_argument("--from-results", type=Path, default=None, help="report a finished run's results.json")
+    parser.add_argument("--records", type=Path, nargs="+", default=None, help="report the record files in DIRS")
+    parser.add_argument(
+        "--pick-bounded", type=float, default=None, metavar="SECONDS",
+        help=f"with --from-results of a full run: write {BOUNDED_IDS.name}, a sample taking about SECONDS per mode",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if any(m not in MODES[1:] for m in modes):
+        parser.error(f"--modes takes {', '.join(MODES[1:])}")
+    if args.records:  # modes run separately
+        results = from_records(args.records, ("stock", *modes))
+        slice_size = len(results["stock"])
+        finished = [i for i in results["stock"] if all(r[i]["outcome"] != "not run" for r in results.values())]
+        results = {mode: {i: outcomes[i] for i in finished} for mode, outcomes in results.items()}
+        comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
+        seconds = {m: sum(r.get("seconds") or 0.0 for r in outcomes.values()) for m, outcomes in results.items()}
+        timing = "time in tests, per mode (run separately): " + ", ".join(
+            f"{m} {t / 60:.0f} min" for m, t in seconds.items()
+        )
+        if len(finished) < slice_size:
+            timing += f"; **partial**: the {len(finished)} of the slice's {slice_size} tests that had run in every mode"
+        work = args.records[0]
+    elif args.from_results is not None:  # the report (and document) of a finished run
+        saved = json.loads(args.from_results.read_text())
+        results, args.slice = saved["results"], saved["slice"]
+        timing = f"all modes together took {saved['wall'] / 60:.0f} min"
+        comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
+        work = args.from_results.parent
+    else:
+        work = args.work or Path(tempfile.mkdtemp(prefix=f"thunder_suite_{args.slice}_"))
+        results, comparisons, wall = run(args.slice, modes, args.timeout, work)
+        timing = f"all modes together took {wall / 60:.0f} min"
+    if args.pick_bounded is not None:
+        picked = pick_bounded(results, args.pick_bounded)
+        header = f"# scripts/thunder_suite.py --from-results FULL_RESULTS --pick-bounded {args.pick_bounded:g}\n"
+        BOUNDED_IDS.write_text(header + "".join(i + "\n" for i in picked))
+        print(f"wrote {BOUNDED_IDS} ({len(picked)} tests)")
+    print(report(results, comparisons))
+    print(f"{timing}; logs and results in {work}")
+    if args.write_docs:
+        DOCUMENT.write_text(markdown(results, comparisons, args.slice, timing))
+        print(f"wrote {DOCUMENT}")
+    return 1 if any(c.regressions for c in comparisons) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Never worse than stock thunder (issue 23): thunder's own shipped tests pass under ``discover()``
+wherever they pass stock (``scripts/thunder_suite.py``).
+
+``test_thunder_suite_has_no_unexpected_regressions`` runs the bounded slice (the tests that once
+regressed and a sample of the rest; a few minutes) in the default test command, and the full CPU slice
+with ``THUNDER_SUITE=full``. The other tests check the harness itself: which ids the full slice takes,
+how outcomes compare, and that a test that crashes or hangs its process is recorded and the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import thunder_suite  # noqa: E402
+
+
+def _needs_thunders_test_dependencies() -> None:
+    """thunder's conftest imports pytest_benchmark and test_grad imports fdm (the ``test`` extra)."""
+    missing = [name for name in ("pytest_benchmark", "fdm") if importlib.util.find_spec(name) is None]
+    if missing:
+        message = f"thunder's tests need {', '.join(missing)}: pip install -e '.[test]' (scripts/bootstrap.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_thunder_suite_has_no_unexpected_regressions(tmp_path):
+    _needs_thunders_test_dependencies()
+    slice_name = os.environ.get("THUNDER_SUITE", "bounded")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "thunder_suite.py"), "--slice", slice_name, "--work", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=3 * 3600 if slice_name == "full" else 1800,
+    )
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
+
+
+def test_bounded_slice_holds_every_test_that_regressed_once():
+    bounded = set(thunder_suite.BOUNDED_IDS.read_text().splitlines())
+    assert set(thunder_suite.ONCE_REGRESSED) <= bounded
+    assert all(thunder_suite.in_full_slice(i) for i in bounded if i and not i.startswith("#"))
+
+
+def test_full_slice_rule():
+    keep = thunder_suite.in_full_slice
+    assert keep("test_core.py::test_set_grad_enabled[False-False-True-2-False]")
+    assert keep("test_ops.py::test_core_vs_torch_consistency_max_pool1d_torch_cpu_thunder.dtypes.float32")
+    assert keep("test_ops.py::test_errors_add_torch_cpu_thunder.dtypes.int64")
+    assert not keep("test_ops.py::test_core_vs_torch_consistency_max_pool1d_torch_cpu_thunder.dtypes.float64")
+    assert not keep("test_ops.py::test_core_vs_torch_consistency_index_add_torch_cuda_thunder.dtypes.float32")
+    assert not keep("test_ops.py::test_core_vs_torch_consistency_addcmul_torch_cpu_thunder.dtypes.float32")
+    assert keep("test_grad.py::test_phantom_grad_vs_torch_consistency_gelu_torch_cpu_thunder.dtypes.float32")
+    assert keep("test_grad.py::test_torch_autograd_function_torch_cpu_None")
+    assert not keep("test_grad.py::test_vjp_correctness_sin_torch_cpu_thunder.dtypes.float64")
+    assert not keep("test_dynamo.py::test_reproducer[cpu]")
+    assert not keep("test_dynamo.py::test_ThunderCompilerGraphBenchmarking_groupby")
+    assert keep("test_dynamo.py::test_basic[cpu-dynamic-None]")
+    assert not keep("test_nvfuser.py::test_anything")
+
+
+def test_compare_separates_regressions_expected_differences_and_improvements(monkeypatch):
+    monkeypatch.setitem(
+        thunder_suite.EXPECTED, "t.py::right", thunder_suite.Expected("stock is wrong", "test_eager_behaviour")
+    )
+    stock = {i: {"outcome": o} for i, o in [("t.py::a", "passed"), ("t.py::b", "failed"), ("t.py::right", "passed"),
+                                            ("t.py::c", "passed"), ("t.py::d", "skipped")]}  # fmt: skip
+    other = {i: {"outcome": o} for i, o in [("t.py::a", "crashed"), ("t.py::b", "passed"), ("t.py::right", "failed"),
+                                            ("t.py::c", "passed"), ("t.py::d", "skipped")]}  # fmt: skip
+    result = thunder_suite.compare(stock, other, "discover")
+    assert (result.regressions, result.expected, result.improvements) == (["t.py::a"], ["t.py::right"], ["t.py::b"])
+
+
+def test_every_expected_difference_names_a_test_of_eagers_behaviour_here():
+    here = Path(__file__).read_text()
+    for expected in thunder_suite.EXPECTED.values():
+        assert expected.reason and f"def {expected.eager_test}(" in here
+
+
+def test_crashing_and_hanging_tests_are_recorded_and_the_run_goes_on(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_sample.py").write_text(
+        textwrap.dedent(
+            """
+            import os, time, pytest
+
+            def test_1_passes():
+                pass
+
+            def test_2_crashes():
+                os._exit(3)
+
+            def test_3_hangs():
+                time.sleep(600)
+
+            def test_4_fails():
+                assert 1 == 2, "one is not two"
+
+            @pytest.mark.xfail(reason="known")
+            def test_5_xfails():
+                assert False
+            """
+        )
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    ids = [f"test_sample.py::test_{n}" for n in ("1_passes", "2_crashes", "3_hangs", "4_fails", "5_xfails")]
+    results = thunder_suite.run_mode(tests, work, "stock", ids, timeout=5)
+    assert {i: r["outcome"] for i, r in results.items()} == dict(
+        zip(ids, ["passed", "crashed", "crashed", "failed", "xfailed"])
+    )
+    assert "one is not two" in results[ids[3]]["message"]
