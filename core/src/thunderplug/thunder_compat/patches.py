@@ -18,7 +18,7 @@ from typing import Any
 
 import thunder
 import torch
-from thunder.core import interpreter, transform_common, update_aliases
+from thunder.core import interpreter, jit_ext, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -28,10 +28,16 @@ from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
-from thunderplug import aten, distributed, output_grads, thunderfx
+from thunderplug import aten, compile_branches, distributed, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
-from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
+from thunderplug.thunder_compat import (
+    default_lookaside,
+    fixes,
+    general_jit_lookaside_map,
+    runs_called_function_itself,
+    speedups,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,11 @@ class Patch:
 
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _LOOKASIDES = general_jit_lookaside_map()
+
+
+def _compiling_with_core() -> bool:
+    return active_core_executor() is not None
+
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -136,11 +147,28 @@ PATCHES: tuple[Patch, ...] = (
         "`x.dtype == torch.float32` is False under stock thunder).",
     ),
     Patch(
-        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling, interception.is_compiling,
-        "discover() compilations",
-        "`torch.compiler.is_compiling()` is False inside jitted code, as in eager: libraries branch on it for "
-        "Dynamo + Inductor (torchao's `to_mx` skips its saturating clamp, relying on Inductor's saturated float8 "
-        "cast), while thunder runs eager kernels, so only the eager branch reproduces eager's numbers.",
+        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling,
+        compile_branches.is_compiling_lookaside(_compiling_with_core), "discover() compilations",
+        "`torch.compiler.is_compiling()` is False inside jitted code (eager's branch), except inside a function "
+        "whose eager branch went on to read a tensor's value: True there (thunder answers True everywhere). "
+        "torchao's compiling branches assume Inductor's code (`to_mx` drops its clamp before the float8 cast, "
+        "which saturates only in Inductor), so only eager's branch gives eager's values; transformers' compiling "
+        "branches compute the same values without reading tensors, which a trace cannot "
+        "(`thunderplug.compile_branches`).",
+    ),
+    Patch(
+        "TensorProxy.__bool__ lookaside", _LOOKASIDES, TensorProxy.__bool__,
+        compile_branches.value_read_lookaside(TensorProxy.__bool__, _compiling_with_core), "discover() compilations",
+        "a branch on a tensor's value notes which function asked `is_compiling()` before it (that function is "
+        "interpreted again with True), and thunder's data-dependency error names the user's function and line "
+        "and what to do.",
+    ),
+    Patch(
+        "thunder_general_jit", thunder, "thunder_general_jit",
+        compile_branches.interpreted_with_retries(_compiling_with_core), "discover() compilations",
+        "the interpretation of a jitted function is repeated when an `is_compiling()` answer of False led to a "
+        "tensor's value being read, with the function that asked answered True (once per function and process; "
+        "at most 8 per compilation).",
     ),
     Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
@@ -212,6 +240,27 @@ PATCHES: tuple[Patch, ...] = (
         "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
         fixes.autograd_function_apply, "always",
         "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+    ),
+    Patch(
+        "general_jit_lookaside", jit_ext, "general_jit_lookaside",
+        lambda original: fixes.general_jit_lookaside(original, runs_called_function_itself, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: thunder's jit iterates every sequence argument of every call to look for tensors, outside "
+        "the interpreter; a user-defined `Sequence` runs its `__iter__` then, even as `self` of its `__init__` "
+        "(transformers' `_PerLayerConfigView` fails every HF model): only functions thunder runs itself are "
+        "shown such arguments.",
+    ),
+    Patch(
+        "torch.cat lookaside", _LOOKASIDES, torch.cat,
+        lambda original: fixes.cat_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: eager `torch.cat` skips 1-D empty tensors (`torch.tensor([])`, which transformers' "
+        "dynamic KV cache starts from) that lack the concatenated dimension; thunder fails on them.",
+    ),
+    Patch(
+        "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,
+        lambda original: fixes.sdpa_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder's symbol lacks `enable_gqa` (transformers passes it for grouped-query attention): key and value "
+        "heads are repeated to the query's, which is what eager computes (bit-identical on CPU).",
     ),
     Patch(
         "index_put backward", backward_impls, "torch.index_put",
