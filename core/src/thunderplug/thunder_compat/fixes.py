@@ -171,3 +171,34 @@ def _sdpa_with_gqa(
         key = ltorch.repeat_interleave(key, repeats, dim=-3)
         value = ltorch.repeat_interleave(value, repeats, dim=-3)
     return ltorch.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+
+def process_recorded_modifications(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder replays, after the computation, every write the function made to a dict it did not create as a
+    local, including the ``_buffers`` of a module the function constructs itself (transformers'
+    ``BertForMaskedLM`` builds ``CrossEntropyLoss()`` in its forward), and fails (``AssertionError``) finding
+    no parameter path for it. An object made inside the function is gone (or returned) when it ends: its
+    writes are not replayed."""
+    from thunder.core.interpreter import PseudoInst
+
+    def made_inside(provenance: Any) -> bool:
+        while provenance.inst in (PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR) and provenance.inputs:
+            provenance = provenance.inputs[0]
+        if provenance.inst is PseudoInst.NEW:
+            return True
+        if provenance.inst is PseudoInst.OPAQUE and provenance.inputs:
+            called = provenance.inputs[0]
+            return called.inst is PseudoInst.CONSTANT and getattr(called.value, "__name__", None) == "__new__"
+        return False
+
+    def replacement(ctx: Any, epilogue_trace: Any) -> Any:
+        if not active():
+            return original(ctx, epilogue_trace)
+        writes = ctx._additional_outputs
+        local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
+        try:
+            return original(ctx, epilogue_trace)
+        finally:
+            writes.update(local)
+
+    return replacement

@@ -263,6 +263,14 @@ PATCHES: tuple[Patch, ...] = (
         "heads are repeated to the query's, which is what eager computes (bit-identical on CPU).",
     ),
     Patch(
+        "process_recorded_modifications", jit_ext, "process_recorded_modifications",
+        lambda original: fixes.process_recorded_modifications(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: writes to the buffers of a module the function constructs itself (transformers' "
+        "`BertForMaskedLM` builds `CrossEntropyLoss()` in its forward) are replayed after the computation and "
+        "fail; objects made inside the function are left out.",
+    ),
+    Patch(
         "index_put backward", backward_impls, "torch.index_put",
         lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
         "discover() compilations",
