@@ -98,3 +98,20 @@ def test_sdpa_enable_gqa_as_eager():
 def test_stock_thunder_rejects_enable_gqa():
     with pytest.raises(TypeError, match="enable_gqa"):
         thunder.jit(_gqa)(*_gqa_inputs())
+
+
+class _LossBuiltInForward(torch.nn.Module):
+    """transformers' ``BertForMaskedLM``: the loss module is constructed in forward (it registers a buffer)."""
+
+    def forward(self, logits, target):
+        return torch.nn.CrossEntropyLoss()(logits, target)
+
+
+def test_module_constructed_inside_forward():
+    logits, target = torch.randn(4, 5, requires_grad=True), torch.tensor([0, 1, 4, 2])
+    _assert_bit_identical(_LossBuiltInForward(), logits, target)
+
+
+def test_stock_thunder_fails_on_a_module_constructed_inside_forward():
+    with pytest.raises(AssertionError):
+        thunder.jit(_LossBuiltInForward())(torch.randn(4, 5), torch.tensor([0, 1, 4, 2]))

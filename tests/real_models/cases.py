@@ -31,8 +31,20 @@ class Loss(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, kind: str):
         super().__init__()
         self.model, self.kind = model, kind
+        self.inference = False  # True: the forward returns the logits instead
 
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.logits(batch) if self.inference else self.loss(batch)
+
+    def logits(self, batch: dict[str, Any]) -> torch.Tensor:
+        if self.kind == "hf":
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            return self.model(**inputs).logits
+        if self.kind == "nanogpt":
+            return self.model(batch["input_ids"])[0]
+        return self.model(batch["input_ids"])
+
+    def loss(self, batch: dict[str, Any]) -> torch.Tensor:
         if self.kind == "hf":
             return self.model(**batch).loss
         if self.kind == "nanogpt":

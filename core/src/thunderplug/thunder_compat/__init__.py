@@ -34,6 +34,14 @@ def default_lookaside(fn: Any) -> Callable[..., Any] | None:
     return _default_lookaside_map.get(fn)
 
 
+def interpret_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Interpret ``fn`` (its arguments are the interpreter's wrapped values) as thunder does for a call with no
+    lookaside: a lookaside that only sometimes takes over defers to it."""
+    from thunder.core.interpreter import _interpret_call
+
+    return _interpret_call(fn, *args, **kwargs)
+
+
 def runs_called_function_itself(fn: Any) -> bool:
     """Whether thunder's jit runs ``fn`` rather than interpreting its code: an opaque (C) function, a
     symbol or one of thunder's clang functions."""

@@ -28,12 +28,13 @@ from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 
-from thunderplug import aten, compile_branches, distributed, output_grads, thunderfx
+from thunderplug import aten, compile_branches, distributed, functorch_transforms, output_grads, thunderfx
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.thunder_compat import (
     default_lookaside,
     fixes,
+    interpret_call,
     general_jit_lookaside_map,
     runs_called_function_itself,
     speedups,
@@ -164,11 +165,28 @@ PATCHES: tuple[Patch, ...] = (
         "and what to do.",
     ),
     Patch(
-        "thunder_general_jit", thunder, "thunder_general_jit",
+        "functorch levels left on failure", thunder, "thunder_general_jit",
+        lambda original: functorch_transforms.levels_left_on_failure(original, _compiling_with_core),
+        "discover() compilations",
+        "a jitted function that fails inside a functorch transform (thunder interprets `torch.vmap`, enters a "
+        "level, then fails on a proxy) leaves the process inside it, and eager code run next fails: every level "
+        "a failed interpretation entered is left.",
+    ),
+    Patch(
+        "is_compiling retries", thunder, "thunder_general_jit",
         compile_branches.interpreted_with_retries(_compiling_with_core), "discover() compilations",
         "the interpretation of a jitted function is repeated when an `is_compiling()` answer of False led to a "
         "tensor's value being read, with the function that asked answered True (once per function and process; "
         "at most 8 per compilation).",
+    ),
+    *(
+        Patch(
+            f"{name} lookaside", _LOOKASIDES, transform,
+            functorch_transforms.refusal(name, interpret_call, _compiling_with_core), "discover() compilations",
+            "functorch transforms are refused where they are called, with the user's line and what to do, "
+            "before any functorch level is entered (thunder cannot trace them).",
+        )
+        for name, transform in functorch_transforms.TRANSFORMS.items()
     ),
     Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
