@@ -20,6 +20,7 @@ from thunder.core.interpreter import do_raise
 
 from thunderplug.aten import user_location
 
+_NAMES = ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "functionalize", "linearize")
 #: the public entry points of functorch's transforms, by the name users call them with
 TRANSFORMS: dict[str, Callable[..., Any]] = {
     "torch.vmap": torch.vmap,

@@ -34,8 +34,8 @@ from thunderplug.subclass.executor import active_core_executor, drop_kept_decomp
 from thunderplug.thunder_compat import (
     default_lookaside,
     fixes,
-    interpret_call,
     general_jit_lookaside_map,
+    interpret_call,
     runs_called_function_itself,
     speedups,
 )
