@@ -12,3 +12,5 @@ PYTHON="${PYTHON:-python3}"
     -e plugins/float8 \
     -e plugins/transformer_engine \
     -e plugins/nvfuser
+# litgpt's model code for tests/real_models: its own requirements pin numpy<2 (torch's numpy stays)
+.venv/bin/python -m pip install --quiet --no-deps 'litgpt==0.5.9'

@@ -271,22 +271,6 @@ def dtype_property(original: Callable[..., Any]) -> Callable[..., Any]:
     return replacement
 
 
-def is_compiling(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compiler.is_compiling()`` inside jitted code is False, as in eager: thunder 0.2.6
-    answers True, and libraries then take the branch written for Dynamo + Inductor. torchao's
-    ``to_mx`` skips its saturating clamp there (Inductor's float8 cast saturates, eager's does
-    not), so values past the float8 range became NaN where eager gives the largest float8 value.
-    thunder executes eager kernels, so the eager branch is the one whose numbers it reproduces."""
-    eager_answer = interpreter_needs_wrap(lambda: False)
-
-    def replacement(*args: Any, **kwargs: Any) -> Any:
-        if active_core_executor() is None:
-            return original(*args, **kwargs)
-        return eager_answer(*args, **kwargs)
-
-    return replacement
-
-
 # -- in-place ops --------------------------------------------------------------------------------
 
 

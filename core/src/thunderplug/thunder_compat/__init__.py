@@ -47,12 +47,32 @@ def general_jit_lookaside_map() -> dict[Any, Callable[..., Any]]:
     return jit_ext._general_jit_lookaside_map
 
 
-def default_lookaside(fn: Any) -> Callable[..., Any]:
+def default_lookaside(fn: Any) -> Callable[..., Any] | None:
     """The interpreter's own lookaside for ``fn`` (``type.__call__``, ``functools.partial.__call__``),
-    used when thunder's jit registers none of its own."""
+    used when thunder's jit registers none of its own (``None``: the function is interpreted)."""
     from thunder.core.interpreter import _default_lookaside_map
 
-    return _default_lookaside_map[fn]
+    return _default_lookaside_map.get(fn)
+
+
+def interpret_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Interpret ``fn`` (its arguments are the interpreter's wrapped values) as thunder does for a call with no
+    lookaside: a lookaside that only sometimes takes over defers to it."""
+    from thunder.core.interpreter import _interpret_call
+
+    return _interpret_call(fn, *args, **kwargs)
+
+
+def runs_called_function_itself(fn: Any) -> bool:
+    """Whether thunder's jit runs ``fn`` rather than interpreting its code: an opaque (C) function, a
+    symbol or one of thunder's clang functions."""
+    from thunder.core.interpreter import is_opaque
+    from thunder.core.symbol import Symbol
+
+    try:
+        return is_opaque(fn) or isinstance(fn, Symbol) or fn in jit_ext._clang_fn_set
+    except TypeError:  # unhashable
+        return True
 
 
 def claiming_executor(bsym: Any, executors: Any) -> Any:

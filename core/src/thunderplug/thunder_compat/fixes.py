@@ -210,3 +210,117 @@ def interpret_letting_interrupts_through(original: Callable[..., Any]) -> Callab
         return call
 
     return replacement
+
+
+def general_jit_lookaside(
+    original: Callable[..., Any], runs_fn_itself: Callable[[Any], bool], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """thunder's jit asks, for every call the interpreter makes, whether an argument is a sequence holding
+    a tensor, by iterating it outside the interpreter: a user-defined ``Sequence`` runs its own
+    ``__iter__`` there, even as ``self`` of its ``__init__`` before any attribute is set (transformers'
+    ``_PerLayerConfigView``: ``AttributeError: ... no attribute '_config'``). The answer only matters for
+    functions thunder runs itself (opaque functions, symbols, clang functions), so for the others such
+    arguments are not shown to it."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if not active() or runs_fn_itself(fn) or not any(_is_user_sequence(a) for a in args):
+            return original(fn, *args, **kwargs)
+        return original(fn, *(a for a in args if not _is_user_sequence(a)), **kwargs)
+
+    return replacement
+
+
+def _is_user_sequence(arg: Any) -> bool:
+    from collections.abc import Sequence
+
+    value = getattr(arg, "value", None)
+    return isinstance(value, Sequence) and not isinstance(value, (list, tuple, str, bytes, range))
+
+
+def cat_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """Eager ``torch.cat`` skips 1-D empty tensors (``torch.tensor([])``, the legacy placeholder that
+    transformers' ``DynamicLayer`` starts its key/value cache with) when concatenating along a dimension
+    they do not have; thunder checks the dimension against them and fails (``Expected dimension in
+    inclusive range of -1 and 0``). They are left out, and the result keeps the dtype all the inputs
+    promote to, as in eager."""
+    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
+
+    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(_cat_like_eager)))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement
+
+
+def _cat_like_eager(tensors: Any, dim: int = 0) -> Any:
+    import thunder.torch as ltorch
+    from thunder.core import utils
+
+    tensors = list(tensors)
+    kept = [t for t in tensors if not (isinstance(t, TensorProxy) and t.ndim == 1 and t.shape[0] == 0)]
+    if not kept or len(kept) == len(tensors):
+        return ltorch.cat(tensors, dim)
+    kind = utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    _, dtype = utils.elementwise_type_promotion(*tensors, type_promotion_kind=kind)
+    result = ltorch.cat(kept, dim)
+    return result if result.dtype == dtype else ltorch.to(result, dtype)
+
+
+def sdpa_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``scaled_dot_product_attention`` has no ``enable_gqa`` (torch >= 2.5; transformers passes
+    it for grouped-query attention without a mask): the key and value heads are repeated to the query's
+    (``repeat_interleave`` over the head dimension, what eager's kernels compute: bit-identical on CPU,
+    gradients included) and the call goes to thunder's symbol."""
+    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
+
+    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(_sdpa_with_gqa)))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() and "enable_gqa" in kwargs else original(*args, **kwargs)
+
+    return replacement
+
+
+def _sdpa_with_gqa(
+    query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+    scale: float | None = None, enable_gqa: bool = False,
+) -> Any:
+    import thunder.torch as ltorch
+
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        repeats = query.shape[-3] // key.shape[-3]
+        key = ltorch.repeat_interleave(key, repeats, dim=-3)
+        value = ltorch.repeat_interleave(value, repeats, dim=-3)
+    return ltorch.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+
+def process_recorded_modifications(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder replays, after the computation, every write the function made to a dict it did not create as a
+    local, including the ``_buffers`` of a module the function constructs itself (transformers'
+    ``BertForMaskedLM`` builds ``CrossEntropyLoss()`` in its forward), and fails (``AssertionError``) finding
+    no parameter path for it. An object made inside the function is gone (or returned) when it ends: its
+    writes are not replayed."""
+    from thunder.core.interpreter import PseudoInst
+
+    def made_inside(provenance: Any) -> bool:
+        while provenance.inst in (PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR) and provenance.inputs:
+            provenance = provenance.inputs[0]
+        if provenance.inst is PseudoInst.NEW:
+            return True
+        if provenance.inst is PseudoInst.OPAQUE and provenance.inputs:
+            called = provenance.inputs[0]
+            return called.inst is PseudoInst.CONSTANT and getattr(called.value, "__name__", None) == "__new__"
+        return False
+
+    def replacement(ctx: Any, epilogue_trace: Any) -> Any:
+        if not active():
+            return original(ctx, epilogue_trace)
+        writes = ctx._additional_outputs
+        local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
+        try:
+            return original(ctx, epilogue_trace)
+        finally:
+            writes.update(local)
+
+    return replacement

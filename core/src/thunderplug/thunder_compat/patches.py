@@ -30,11 +30,26 @@ from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunct
 from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autodiff
 
-from thunderplug import aten, distributed, inplace_grads, output_grads, thunderfx
+from thunderplug import (
+    aten,
+    compile_branches,
+    distributed,
+    functorch_transforms,
+    inplace_grads,
+    output_grads,
+    thunderfx,
+)
 from thunderplug.subclass import interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.subclass.values import subclass_flatten
-from thunderplug.thunder_compat import default_lookaside, fixes, general_jit_lookaside_map, speedups
+from thunderplug.thunder_compat import (
+    default_lookaside,
+    fixes,
+    general_jit_lookaside_map,
+    interpret_call,
+    runs_called_function_itself,
+    speedups,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,11 @@ class Patch:
 
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _LOOKASIDES = general_jit_lookaside_map()
+
+
+def _compiling_with_core() -> bool:
+    return active_core_executor() is not None
+
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -152,11 +172,45 @@ PATCHES: tuple[Patch, ...] = (
         "`x.dtype == torch.float32` is False under stock thunder).",
     ),
     Patch(
-        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling, interception.is_compiling,
+        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling,
+        compile_branches.is_compiling_lookaside(_compiling_with_core), "discover() compilations",
+        "`torch.compiler.is_compiling()` is False inside jitted code (eager's branch), except inside a function "
+        "whose eager branch went on to read a tensor's value: True there (thunder answers True everywhere). "
+        "torchao's compiling branches assume Inductor's code (`to_mx` drops its clamp before the float8 cast, "
+        "which saturates only in Inductor), so only eager's branch gives eager's values; transformers' compiling "
+        "branches compute the same values without reading tensors, which a trace cannot "
+        "(`thunderplug.compile_branches`).",
+    ),
+    Patch(
+        "TensorProxy.__bool__ lookaside", _LOOKASIDES, TensorProxy.__bool__,
+        compile_branches.value_read_lookaside(TensorProxy.__bool__, _compiling_with_core), "discover() compilations",
+        "a branch on a tensor's value notes which function asked `is_compiling()` before it (that function is "
+        "interpreted again with True), and thunder's data-dependency error names the user's function and line "
+        "and what to do.",
+    ),
+    Patch(
+        "functorch levels left on failure", thunder, "thunder_general_jit",
+        lambda original: functorch_transforms.levels_left_on_failure(original, _compiling_with_core),
         "discover() compilations",
-        "`torch.compiler.is_compiling()` is False inside jitted code, as in eager: libraries branch on it for "
-        "Dynamo + Inductor (torchao's `to_mx` skips its saturating clamp, relying on Inductor's saturated float8 "
-        "cast), while thunder runs eager kernels, so only the eager branch reproduces eager's numbers.",
+        "a jitted function that fails inside a functorch transform (thunder interprets `torch.vmap`, enters a "
+        "level, then fails on a proxy) leaves the process inside it, and eager code run next fails: every level "
+        "a failed interpretation entered is left.",
+    ),
+    Patch(
+        "is_compiling retries", thunder, "thunder_general_jit",
+        compile_branches.interpreted_with_retries(_compiling_with_core), "discover() compilations",
+        "the interpretation of a jitted function is repeated when an `is_compiling()` answer of False led to a "
+        "tensor's value being read, with the function that asked answered True (once per function and process; "
+        "at most 8 per compilation).",
+    ),
+    *(
+        Patch(
+            f"{name} lookaside", _LOOKASIDES, transform,
+            functorch_transforms.refusal(name, interpret_call, _compiling_with_core), "discover() compilations",
+            "functorch transforms are refused where they are called, with the user's line and what to do, "
+            "before any functorch level is entered (thunder cannot trace them).",
+        )
+        for name, transform in functorch_transforms.TRANSFORMS.items()
     ),
     Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
@@ -256,6 +310,35 @@ PATCHES: tuple[Patch, ...] = (
         "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
         fixes.autograd_function_apply, "always",
         "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+    ),
+    Patch(
+        "general_jit_lookaside", jit_ext, "general_jit_lookaside",
+        lambda original: fixes.general_jit_lookaside(original, runs_called_function_itself, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: thunder's jit iterates every sequence argument of every call to look for tensors, outside "
+        "the interpreter; a user-defined `Sequence` runs its `__iter__` then, even as `self` of its `__init__` "
+        "(transformers' `_PerLayerConfigView` fails every HF model): only functions thunder runs itself are "
+        "shown such arguments.",
+    ),
+    Patch(
+        "torch.cat lookaside", _LOOKASIDES, torch.cat,
+        lambda original: fixes.cat_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: eager `torch.cat` skips 1-D empty tensors (`torch.tensor([])`, which transformers' "
+        "dynamic KV cache starts from) that lack the concatenated dimension; thunder fails on them.",
+    ),
+    Patch(
+        "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,
+        lambda original: fixes.sdpa_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder's symbol lacks `enable_gqa` (transformers passes it for grouped-query attention): key and value "
+        "heads are repeated to the query's, which is what eager computes (bit-identical on CPU).",
+    ),
+    Patch(
+        "process_recorded_modifications", jit_ext, "process_recorded_modifications",
+        lambda original: fixes.process_recorded_modifications(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: writes to the buffers of a module the function constructs itself (transformers' "
+        "`BertForMaskedLM` builds `CrossEntropyLoss()` in its forward) are replayed after the computation and "
+        "fail; objects made inside the function are left out.",
     ),
     Patch(
         "index_put backward", backward_impls, "torch.index_put",

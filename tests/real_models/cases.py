@@ -1,0 +1,167 @@
+"""Tiny configurations of models nobody here wrote (random init, CPU, no downloads): Hugging Face
+transformers, litgpt and thunder's own test models. Each case builds a module whose forward takes one
+batch and returns the model's own loss, and the batch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+VOCAB, HIDDEN, FFN, LAYERS, HEADS, SEQ, BATCH = 128, 64, 128, 2, 4, 16, 2
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    library: str  # "transformers", "litgpt" or "thunder"
+    build: Callable[[], torch.nn.Module]  # the model, seeded
+    batch: Callable[[], dict[str, Any]]
+    causal_lm: bool = False  # has generate()
+
+
+class Loss(torch.nn.Module):
+    """The model's own loss from a batch: HF models' ``.loss``; a logits-only model's cross-entropy."""
+
+    def __init__(self, model: torch.nn.Module, kind: str):
+        super().__init__()
+        self.model, self.kind = model, kind
+        self.inference = False  # True: the forward returns the logits instead
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.logits(batch) if self.inference else self.loss(batch)
+
+    def logits(self, batch: dict[str, Any]) -> torch.Tensor:
+        if self.kind == "hf":
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            return self.model(**inputs).logits
+        if self.kind == "nanogpt":
+            return self.model(batch["input_ids"])[0]
+        return self.model(batch["input_ids"])
+
+    def loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        if self.kind == "hf":
+            return self.model(**batch).loss
+        if self.kind == "nanogpt":
+            return self.model(batch["input_ids"], batch["labels"])[1]
+        logits = self.model(batch["input_ids"], batch["labels"]) if self.kind == "llama2" else self.model(
+            batch["input_ids"]
+        )
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+
+
+def _tokens() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def _shifted_tokens() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    return {"input_ids": ids[:, :-1].contiguous(), "labels": ids[:, 1:].contiguous()}
+
+
+def _masked_tokens() -> dict[str, Any]:
+    batch = _tokens()
+    batch["attention_mask"] = torch.ones(BATCH, SEQ, dtype=torch.long)
+    batch["attention_mask"][1, SEQ - 4 :] = 0
+    return batch
+
+
+def _images() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(1)
+    return {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g), "labels": torch.tensor([1, 3])}
+
+
+def _seeded(make: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return make()
+
+    return build
+
+
+def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import transformers
+
+        cfg = getattr(transformers, config_name)(**config)
+        cfg._attn_implementation = "sdpa"
+        return Loss(getattr(transformers, model_name)(cfg), "hf")
+
+    return _seeded(make)
+
+
+_DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
+
+
+def _litgpt(name: str, **overrides: Any) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import litgpt
+
+        config = litgpt.Config.from_name(name, n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, block_size=64,
+                                         vocab_size=VOCAB, padded_vocab_size=VOCAB, **overrides)
+        return Loss(litgpt.GPT(config), "litgpt")
+
+    return _seeded(make)
+
+
+def _nanogpt() -> torch.nn.Module:
+    from thunder.tests import nanogpt_model
+
+    config = nanogpt_model.GPTConfig(block_size=64, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=HIDDEN)
+    return Loss(nanogpt_model.GPT(config), "nanogpt")
+
+
+def _llama2() -> torch.nn.Module:
+    from thunder.tests import llama2_model
+
+    args = llama2_model.ModelArgs(dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, n_kv_heads=2, vocab_size=VOCAB,
+                                  multiple_of=16, max_seq_len=64)
+    return Loss(llama2_model.Transformer(args), "llama2")
+
+
+def _thunder_litgpt() -> torch.nn.Module:
+    from thunder.tests import litgpt_model
+
+    config = litgpt_model.Config.from_name("llama2-like", vocab_size=VOCAB, padded_vocab_size=VOCAB,
+                                           intermediate_size=FFN, block_size=64)
+    return Loss(litgpt_model.GPT(config), "litgpt")
+
+
+CASES: tuple[Case, ...] = (
+    Case("hf_llama", "transformers", _hf("LlamaConfig", "LlamaForCausalLM", **_DECODER), _tokens, causal_lm=True),
+    Case("hf_qwen2", "transformers", _hf("Qwen2Config", "Qwen2ForCausalLM", **_DECODER), _tokens, causal_lm=True),
+    Case("hf_mistral", "transformers", _hf("MistralConfig", "MistralForCausalLM", **_DECODER), _tokens,
+         causal_lm=True),
+    Case("hf_gpt2", "transformers",
+         _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+             n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False),
+         _tokens, causal_lm=True),
+    Case("hf_bert", "transformers",
+         _hf("BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+             num_hidden_layers=LAYERS, num_attention_heads=HEADS, max_position_embeddings=64,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+         _masked_tokens),
+    Case("hf_vit", "transformers",
+         _hf("ViTConfig", "ViTForImageClassification", image_size=32, patch_size=8, hidden_size=HIDDEN,
+             intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_labels=4,
+             problem_type="single_label_classification",
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+         _images),
+    Case("litgpt_pythia", "litgpt", _litgpt("pythia-14m"), _shifted_tokens),
+    Case("litgpt_llama", "litgpt", _litgpt("Llama-3.2-1B", n_query_groups=2, intermediate_size=FFN, head_size=16),
+         _shifted_tokens),
+    Case("thunder_nanogpt", "thunder", _seeded(_nanogpt), _shifted_tokens),
+    Case("thunder_llama2", "thunder", _seeded(_llama2), _shifted_tokens),
+    Case("thunder_litgpt", "thunder", _seeded(_thunder_litgpt), _shifted_tokens),
+)
+
+BY_NAME = {case.name: case for case in CASES}

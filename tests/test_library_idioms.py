@@ -1,0 +1,117 @@
+"""Idioms of real model code (found in transformers) that thunder 0.2.6 rejects or computes otherwise
+than eager, each alone, forward and backward against eager (thunder_compat.fixes)."""
+
+from collections.abc import Sequence
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+
+import thunderplug
+
+
+def _both(fn, *args):
+    """(eager result, eager grads, discover() result, discover() grads) of ``fn(*args).sum()``."""
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    expected = fn(*args)
+    expected_grads = torch.autograd.grad(expected.sum(), leaves)
+    actual = thunder.jit(fn, executors=thunderplug.discover())(*args)
+    actual_grads = torch.autograd.grad(actual.sum(), leaves)
+    return expected, expected_grads, actual, actual_grads
+
+
+def _assert_bit_identical(fn, *args):
+    expected, expected_grads, actual, actual_grads = _both(fn, *args)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    for a, e in zip(actual_grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+class _LayerView(Sequence):
+    """A Sequence whose ``__len__`` reads what ``__init__`` sets (transformers' ``_PerLayerConfigView``)."""
+
+    def __init__(self, scales):
+        self._scales = scales
+
+    def __len__(self):
+        return len(self._scales)
+
+    def __getitem__(self, index):
+        return self._scales[index]
+
+
+def _scaled_by_view(x):
+    view = _LayerView([2.0, 3.0])
+    return x * view[0] + x * view[len(view) - 1]
+
+
+def test_user_sequence_constructed_inside_the_function():
+    _assert_bit_identical(_scaled_by_view, torch.randn(4, requires_grad=True))
+
+
+def test_stock_thunder_fails_on_that_sequence():
+    with pytest.raises(Exception, match="_scales"):
+        thunder.jit(_scaled_by_view)(torch.randn(4))
+
+
+def _grow_cache(k):
+    cache = torch.tensor([], dtype=k.dtype)  # transformers' DynamicLayer starts from this
+    cache = torch.cat([cache, k], dim=-2)
+    return torch.cat([cache, k * 2], dim=-2)
+
+
+def test_cat_skips_legacy_empty_tensors_as_eager():
+    _assert_bit_identical(_grow_cache, torch.randn(2, 3, 4, requires_grad=True))
+
+
+def test_cat_of_legacy_empty_tensors_promotes_like_eager():
+    def promote(k):
+        return torch.cat([torch.tensor([], dtype=torch.float64), k], dim=-1)
+
+    k = torch.randn(2, 3)
+    expected = promote(k)
+    actual = thunder.jit(promote, executors=thunderplug.discover())(k)
+    assert actual.dtype == expected.dtype == torch.float64
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+def test_stock_thunder_fails_on_legacy_empty_tensors():
+    with pytest.raises(IndexError, match="Expected dimension"):
+        thunder.jit(_grow_cache)(torch.randn(2, 3, 4))
+
+
+def _gqa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def _gqa_inputs():
+    torch.manual_seed(0)
+    return (torch.randn(2, 4, 8, 16, requires_grad=True), torch.randn(2, 2, 8, 16, requires_grad=True),
+            torch.randn(2, 2, 8, 16, requires_grad=True))
+
+
+def test_sdpa_enable_gqa_as_eager():
+    _assert_bit_identical(_gqa, *_gqa_inputs())
+
+
+def test_stock_thunder_rejects_enable_gqa():
+    with pytest.raises(TypeError, match="enable_gqa"):
+        thunder.jit(_gqa)(*_gqa_inputs())
+
+
+class _LossBuiltInForward(torch.nn.Module):
+    """transformers' ``BertForMaskedLM``: the loss module is constructed in forward (it registers a buffer)."""
+
+    def forward(self, logits, target):
+        return torch.nn.CrossEntropyLoss()(logits, target)
+
+
+def test_module_constructed_inside_forward():
+    logits, target = torch.randn(4, 5, requires_grad=True), torch.tensor([0, 1, 4, 2])
+    _assert_bit_identical(_LossBuiltInForward(), logits, target)
+
+
+def test_stock_thunder_fails_on_a_module_constructed_inside_forward():
+    with pytest.raises(AssertionError):
+        thunder.jit(_LossBuiltInForward())(torch.randn(4, 5), torch.tensor([0, 1, 4, 2]))
