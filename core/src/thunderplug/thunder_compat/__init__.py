@@ -82,3 +82,8 @@ def bound_symbol_context(trace: Any) -> tuple[str, Any, Any]:
     from thunder.core.symbol import _bsym_header
 
     return _bsym_header.get(), trace._current_source_filename, trace._current_source_positions
+
+
+def debug_option_values(options: Any) -> dict[str, Any]:
+    """The values of a ``thunder.DebugOptions`` (thunder keeps the registered names in ``_defaults``)."""
+    return {name: getattr(options, name) for name in type(options)._defaults}
