@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import threading
+import types
 import weakref
 from collections.abc import Hashable
 from typing import Any
@@ -130,7 +131,7 @@ def structure_of(module: torch.nn.Module) -> Hashable:
         state = m.__dict__
         hooked = any(state.get(name) for name in _HOOK_TABLES)
         attrs = tuple(
-            (name, _value_key(value, _DEPTH))
+            (name, _value_key(value, _DEPTH, seen))
             for name, value in state.items()
             if name not in _MODULE_TABLES and name not in _HOOK_TABLES
         )
@@ -156,12 +157,16 @@ def _tensor_key(t: torch.Tensor | None, tensors: dict[int, int], storages: dict[
     return (type(t), tuple(t.shape), t.dtype, t.device, tuple(t.stride()), t.requires_grad, same, storage)
 
 
-def _value_key(value: Any, depth: int) -> Hashable:
+def _value_key(value: Any, depth: int, modules: dict[int, int] | None = None) -> Hashable:
+    """``modules``: the tree's modules seen so far (id -> index); a method of one of them (torchao
+    sets ``extra_repr`` to a method of the module itself) is its function and that module's index."""
     if isinstance(value, _PLAIN):
         # -0.0 == 0.0 and True == 1 as dict keys; the type and repr keep them apart
         return (type(value), value, repr(value) if isinstance(value, float) else None)
     if depth == 0:
         return Identity(value)
+    if isinstance(value, types.MethodType) and modules is not None and id(value.__self__) in modules:
+        return (types.MethodType, Identity(value.__func__), modules[id(value.__self__)])
     if isinstance(value, torch.Tensor):
         return (type(value), tuple(value.shape), value.dtype, value.device, tuple(value.stride()), value.requires_grad)
     if isinstance(value, (tuple, list)):
