@@ -318,3 +318,31 @@ def test_functions_are_not_shared():
     x = torch.randn(3)
     jf(x), jg(x)
     assert thunder.cache_misses(jg) == 1
+
+
+EXPLAINED = '''
+import thunder, torch, thunderplug
+from torch import nn
+
+torch.manual_seed(0)
+blocks = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)]
+jitted = [thunder.jit(b, executors=thunderplug.discover(quiet=True)) for b in blocks]
+for j in jitted:
+    j(torch.randn(2, 4)).sum().backward()
+'''
+
+
+def test_thunderplug_explain_shows_the_shared_compilation_and_its_reuses(tmp_path, capsys):
+    from thunderplug.cli import main
+
+    script = tmp_path / "blocks.py"
+    script.write_text(EXPLAINED)
+    assert main(["explain", str(script)]) == 0
+    out = capsys.readouterr().out
+    assert "3 thunder.jit function(s) compiled (2 of them ran the compilation of a module of the same structure)" in out
+    functions = out.split("== thunder.jit function ")[1:]
+    assert "compiled here; run by 2 other modules of the same structure without compiling" in functions[0]
+    assert "executor" in functions[0]  # its summary table
+    for text in functions[1:]:
+        assert "runs the compilation of function 0 (shared with 2 other modules): no compilation of its own" in text
+        assert "executor" not in text
