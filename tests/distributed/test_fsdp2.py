@@ -21,7 +21,7 @@ CASES = [
     "activation_checkpointing_float8",
     "fully_shard_then_jit_float8_all_gather",
 ]
-job = distributed_job("fsdp2_cases", [*CASES, "jit_of_a_model_with_sharded_blocks"])
+job = distributed_job("fsdp2_cases", [*CASES, "jit_of_a_model_with_sharded_blocks", "blocks_share_one_compilation"])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -37,3 +37,11 @@ def test_jitting_a_model_whose_blocks_are_sharded_is_refused_clearly(job):
         name, message = result["refused"]
         assert name == "FSDPInsideJitError", message
         assert "fully_shard FSDPSequential inside the jitted module" in message and "thunder.jit(block" in message
+
+
+def test_sharded_blocks_of_one_structure_compile_once(job):
+    for result in results_of(job, "blocks_share_one_compilation"):
+        for order in ("jit_then_fully_shard", "fully_shard_then_jit"):
+            assert_runs_match({k: v for k, v in result[order].items() if k != "misses"}, result["eager"])
+            # the first two may run an earlier case's compilations (the same structure, still alive)
+            assert result[order]["misses"][2:] == [0, 0], order

@@ -41,6 +41,14 @@ _HOOK_TABLES = frozenset(
         "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
     }
 )
+#: run by ``state_dict``/``load_state_dict``, never by a forward
+_STATE_DICT_HOOKS = frozenset(
+    {"_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"}
+)
+#: torch's composable APIs (``fully_shard``) keep their state under keys with this prefix; only the
+#: hooks those APIs register read it (a module with hooks is its own structure; FSDP2's are moved
+#: onto the ThunderModule), so the state counts by its types
+_COMPOSABLE_STATE = "__composable_api_"
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
           torch.memory_format, enum.Enum)
 
@@ -115,8 +123,9 @@ def group_for(key: Hashable) -> SharedGroup:
 def structure_of(module: torch.nn.Module) -> Hashable:
     """What a module's trace depends on besides what its prologue checks, as one hashable key:
     per submodule (in order) its name and class, every attribute's value (plain values by value,
-    frozen dataclasses and containers field by field, anything else by identity), its hooks (a module
-    with hooks is its own structure), and its parameters' and buffers' types, shapes, dtypes,
+    frozen dataclasses and containers field by field, anything else by identity; but the state of
+    torch's composable APIs and the state-dict hooks), its hooks (a module with hooks is its own
+    structure), and its parameters' and buffers' types, shapes, dtypes,
     devices, strides, requires_grad, and which of them are the same tensor or share storage."""
     seen: dict[int, int] = {}  # id(module) -> index: a submodule used twice is one node
     storages: dict[Any, int] = {}
@@ -131,9 +140,9 @@ def structure_of(module: torch.nn.Module) -> Hashable:
         state = m.__dict__
         hooked = any(state.get(name) for name in _HOOK_TABLES)
         attrs = tuple(
-            (name, _value_key(value, _DEPTH, seen))
+            (name, _types_of(value) if name.startswith(_COMPOSABLE_STATE) else _value_key(value, _DEPTH, seen))
             for name, value in state.items()
-            if name not in _MODULE_TABLES and name not in _HOOK_TABLES
+            if name not in _MODULE_TABLES and name not in _HOOK_TABLES and name not in _STATE_DICT_HOOKS
         )
         tables = tuple(
             tuple((name, _tensor_key(t, tensors, storages)) for name, t in state.get(table, {}).items())
@@ -155,6 +164,10 @@ def _tensor_key(t: torch.Tensor | None, tensors: dict[int, int], storages: dict[
     if type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta":
         storage = storages.setdefault((t.device, t.untyped_storage().data_ptr()), len(storages))
     return (type(t), tuple(t.shape), t.dtype, t.device, tuple(t.stride()), t.requires_grad, same, storage)
+
+
+def _types_of(value: Any) -> Hashable:
+    return (type(value), tuple(type(v) for v in value.values())) if isinstance(value, dict) else type(value)
 
 
 def _value_key(value: Any, depth: int, modules: dict[int, int] | None = None) -> Hashable:
