@@ -346,3 +346,14 @@ def test_thunderplug_explain_shows_the_shared_compilation_and_its_reuses(tmp_pat
     for text in functions[1:]:
         assert "runs the compilation of function 0 (shared with 2 other modules): no compilation of its own" in text
         assert "executor" not in text
+
+
+def test_a_module_changed_after_its_first_call_offers_later_compilations_under_its_new_structure():
+    modules = blocks(2)
+    references = [copy.deepcopy(m) for m in modules]
+    jitted = [jit(m) for m in modules]
+    check_like_eager(modules[0], jitted[0], references[0], x8())
+    modules[0].act = references[0].act = F.relu  # not a value any prologue checks
+    check_like_eager(modules[0], jitted[0], references[0], x8(2, 5, 8))  # a new shape: traced with relu
+    check_like_eager(modules[1], jitted[1], references[1], x8(2, 5, 8))  # still gelu: not that compilation
+    assert thunder.cache_misses(jitted[1]) == 1

@@ -79,15 +79,10 @@ def shared_compilations(original: Callable[..., Any], uses_thunderplug: Callable
 
 def _adopt(compile_data: Any, stats: Any, sharing: _Sharing) -> None:
     """Append to the module's cache the compilations of its structure's group it has not seen (the
-    structure is read again: the module may have changed since its last look)."""
-    options = reuse.jit_options_of(compile_data)
-    if options is None:
-        sharing.key = False
+    structure is read again: the module may have changed since it last looked)."""
+    if not _join_group_of_structure(compile_data, sharing):
         return
-    key = (options, reuse.structure_of(compile_data.fn))
     with sharing.lock:
-        if key != sharing.key:
-            sharing.key, sharing.group, sharing.version = key, reuse.group_for(key), 0
         assert sharing.group is not None
         fresh, sharing.version = sharing.group.since(sharing.version)
         own = record_for(compile_data)
@@ -101,8 +96,8 @@ def _adopt(compile_data: Any, stats: Any, sharing: _Sharing) -> None:
 
 def _offer(compile_data: Any, stats: Any, sharing: _Sharing) -> None:
     """Offer the compilation the call made (the newest cache entry) to the module's group."""
-    if sharing.group is None or not stats.interpreter_cache:
-        return
+    if not stats.interpreter_cache or not _join_group_of_structure(compile_data, sharing):
+        return  # (the structure is read again: the module may have changed since it last looked)
     entry = stats.interpreter_cache[-1]
     prologue = _closure_value(entry.prologue_fn, "fn") or entry.prologue_fn  # thunder's timer wraps it
     if not _shareable(entry, prologue):
@@ -113,8 +108,22 @@ def _offer(compile_data: Any, stats: Any, sharing: _Sharing) -> None:
     )
     record_for(compile_data).shared.append(compilation)
     with sharing.lock:
+        assert sharing.group is not None
         if sharing.group.offer(compilation) == sharing.version:  # nothing offered meanwhile: all seen
             sharing.version += 1
+
+
+def _join_group_of_structure(compile_data: Any, sharing: _Sharing) -> bool:
+    """Make ``sharing`` the module's structure's group as it is now; ``False``: never shared."""
+    options = reuse.jit_options_of(compile_data)
+    if options is None:
+        sharing.key = False
+        return False
+    key = (options, reuse.structure_of(compile_data.fn))
+    with sharing.lock:
+        if key != sharing.key:
+            sharing.key, sharing.group, sharing.version = key, reuse.group_for(key), 0
+    return True
 
 
 def _first_run(compile_data: Any, stats: Any, sharing: _Sharing) -> None:
