@@ -81,3 +81,27 @@ def test_compile_memory_prints_its_heap_and_rss_tables():
     compiled, first_step = (float(v) for v in rows["fp8 thunder.jit(executors=discover())"])
     assert 0 < compiled < first_step, proc.stdout
     assert rows["fp8 eager (torchao)"][0] == "—" and float(rows["fp8 eager (torchao)"][1]) > 0, proc.stdout
+
+
+COMPILE_TIME_SCRIPT = SCRIPT.with_name("compile_time.py")
+
+
+def test_compile_time_quick_prints_its_tables_and_writes_its_docs_section(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(COMPILE_TIME_SCRIPT), "--quick", "--variants", "eager,thunderplug-blocks",
+         "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    label = "| thunder.jit(block, executors=discover()) on each block |"
+    per_block = [line for line in lines if line.startswith(label)]
+    assert len(per_block) == 4, proc.stdout  # by depth, the ratio table, then one row per depth
+    assert all(row.endswith("| bit-identical (3 steps) |") for row in per_block[2:]), proc.stdout
+    assert "FAIL" not in proc.stdout and "timeout" not in proc.stdout, proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# Benchmarks\n\nkept text\n") and per_block[0] in written

@@ -63,7 +63,7 @@ def test_plugins_table_snapshot_and_no_thunder_import_warning():
     assert "transformer_engine module not found" not in result.stderr
     table, _, order = result.stdout.rpartition("\ndiscover() returns, in this order: ")
     assert order.startswith(
-        "thunderplug, thunderplug_broadcast_grads, eager_backward_kernels, eager_kernels, float8, aten"
+        "thunderplug, thunderplug_broadcast_grads, float8, eager_backward_kernels, eager_kernels, aten"
     )
     assert_snapshot("plugins.txt", table + "\n")
 

@@ -167,3 +167,28 @@ def jit_of_a_function_calling_a_sharded_model(rank, world_size):
     except NotImplementedError as error:
         return (type(error).__name__, str(error))
     return None
+
+
+def blocks_share_one_compilation(rank, world_size):
+    """Four float8 blocks, both orders: each block trains its own shards (against eager), and the
+    blocks after the second (whose input, unlike the first's, requires grad) compile nothing."""
+    model = convert_blocks(Blocks(depth=4))
+    data = batches(rank, 32, 32)
+    runs = {"eager": train(shard(copy.deepcopy(model)), data)}
+    for order in ("jit_then_fully_shard", "fully_shard_then_jit"):
+        jitted = []
+
+        def compile_block(block, jitted=jitted):
+            jitted.append(jit(block))
+            return jitted[-1]
+
+        after = order == "fully_shard_then_jit"
+        sharded = shard(copy.deepcopy(model), compile_block=compile_block, compile_after=after)
+        runs[order] = {**train(sharded, data), "misses": [thunder.cache_misses(j) for j in jitted]}
+    return runs
+
+
+def convert_blocks(model: Blocks) -> Blocks:
+    from torchao.float8 import convert_to_float8_training
+
+    return convert_to_float8_training(model)

@@ -29,7 +29,7 @@ ROOT_CASES = [
     "jit_of_a_model_with_sharded_blocks_float8_all_gather_precomputed_scales",
 ]
 job = distributed_job("fsdp2_cases", [*CASES, *ROOT_CASES, "stock_jit_of_a_model_with_sharded_blocks",
-                                     "jit_of_a_function_calling_a_sharded_model"])
+                                     "jit_of_a_function_calling_a_sharded_model", "blocks_share_one_compilation"])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -62,3 +62,11 @@ def test_a_jitted_function_calling_a_sharded_model_is_refused_clearly(job):
         name, message = result
         assert name == "FSDPInsideJitError", message
         assert "fully_shard FSDPBlocks inside jitted code" in message and "Jit the module itself" in message
+
+
+def test_sharded_blocks_of_one_structure_compile_once(job):
+    for result in results_of(job, "blocks_share_one_compilation"):
+        for order in ("jit_then_fully_shard", "fully_shard_then_jit"):
+            assert_runs_match({k: v for k, v in result[order].items() if k != "misses"}, result["eager"])
+            # the first two may run an earlier case's compilations (the same structure, still alive)
+            assert result[order]["misses"][2:] == [0, 0], order

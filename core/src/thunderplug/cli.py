@@ -73,7 +73,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     """Run a script as ``__main__``, whatever way it ends, then explain every function it compiled."""
-    from thunderplug.explain import LEGEND, explain, format_rows, format_summary, summarize
+    from thunderplug.explain import LEGEND, explain, format_rows, format_summary, sharing, summarize
     from thunderplug.thunder_compat.patches import recording_jitted_functions
 
     exit_code, error = 0, None
@@ -90,7 +90,11 @@ def _explain(args: argparse.Namespace) -> int:
         finally:
             sys.argv = argv
     compiled = [fn for fn in jitted_functions if _was_compiled(fn)]
+    shares = [sharing(fn) for fn in compiled]
+    owners = {share.owner: index for index, share in enumerate(shares) if share is not None and share.own}
     ending = f"raised {error}" if error else f"exited with code {exit_code}"
+    adopters = sum(share is not None and not share.own for share in shares)
+    reusing = f" ({adopters} of them ran the compilation of a module of the same structure)" if adopters else ""
     if args.json:
         functions = []
         for index, fn in enumerate(compiled):
@@ -99,6 +103,9 @@ def _explain(args: argparse.Namespace) -> int:
                 {
                     "index": index,
                     "name": _name(fn),
+                    "shared": None if shares[index] is None else {
+                        **asdict(shares[index]), "owner_index": owners.get(shares[index].owner)
+                    },
                     "summary": [asdict(t) for t in summarize(rows)],
                     "rows": [asdict(r) for r in rows],
                     "notes": _notes(fn, rows, every_claim=True),
@@ -107,10 +114,16 @@ def _explain(args: argparse.Namespace) -> int:
         report = {"script": args.script, "exit_code": exit_code, "error": error, "functions": functions}
         print(json.dumps(report, indent=2))
         return exit_code or (0 if compiled else 1)
-    print(f"thunderplug explain: {args.script} {ending}; {len(compiled)} thunder.jit function(s) compiled")
+    print(f"thunderplug explain: {args.script} {ending}; {len(compiled)} thunder.jit function(s) compiled{reusing}")
     for index, fn in enumerate(compiled):
-        rows = _rows(explain, fn)
         print(f"\n== thunder.jit function {index}: {_name(fn)} ==")
+        share = shares[index]
+        if share is not None:
+            owner = owners.get(share.owner)
+            print(share.line(None if owner is None else f"function {owner}"))
+            if not share.own and owner is not None and not args.all:
+                continue  # its summary is function {owner}'s
+        rows = _rows(explain, fn)
         print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
         notes = _notes(fn, rows, every_claim=args.all)
         if notes:

@@ -42,6 +42,9 @@ class CompilationRecord:
     #: names of the interpreted program's inputs (parameters among them) and of views of them:
     #: the caller keeps these alive, so a backward reading one keeps no extra memory
     alive: set[str] = field(default_factory=set)
+    #: the compilations shared with modules of the same structure (``thunderplug.reuse``): those it
+    #: offered, then those of other modules it ran
+    shared: list[Any] = field(default_factory=list)
     _alive_in: Any = None  # a weak reference to the trace ``alive`` describes
     _alive_scanned: int = 0
 

@@ -6,7 +6,9 @@ Two stages are shown for the last compilation of ``jitted``:
   (a claim, or thunderplug's generic "differentiate the outer op, then unroll");
 * execution: each operation of the final forward and backward traces and the executor running it.
 
-Declines come from the claims' checkers (their reason strings).
+Declines come from the claims' checkers (their reason strings). A module that ran another module's
+compilation (``thunderplug.reuse``: blocks of one structure compile once) is explained by that
+compilation's record; :func:`sharing` says whose it is and how many modules run it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderplug.compilation import CompilationRecord, record_of
+from thunderplug.reuse import SharedCompilation, shared_compilation_of
 from thunderplug.specs import Stage, priority_ahead_of
 from thunderplug.subclass.values import is_subclass_op
 from thunderplug.thunder_compat import bound_symbol_printables
@@ -54,10 +57,11 @@ def explain(jitted: Any) -> list[Row]:
     """Rows for the last compilation of a ``thunder.jit`` function or module."""
     import thunder
 
-    record = record_of(jitted)
     traces = thunder.last_traces(jitted)
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
+    shared = shared_compilation_of(jitted)
+    record = shared.record if shared is not None else record_of(jitted)
     rows: list[Row] = []
     compile_data = thunder.compile_data(jitted)
     executors = list(compile_data.executors_list) if compile_data is not None else []
@@ -202,6 +206,29 @@ def _executor_name(bsym: Any) -> str:
     if executor is not None:
         return str(executor.name)
     return "python" if bsym.sym.python_impl is not None else "-"
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The compilation a jitted module's last call ran, when modules of its structure share it."""
+
+    owner: str  # the module it was compiled for
+    own: bool  # whether that is this module
+    reuses: int  # how many other modules run it
+
+    def line(self, name_of_owner: str | None = None) -> str:
+        users = f"{self.reuses} other module{'s' if self.reuses != 1 else ''}"
+        if self.own:
+            return f"compiled here; run by {users} of the same structure without compiling"
+        return f"runs the compilation of {name_of_owner or self.owner} (shared with {users}): no compilation of its own"
+
+
+def sharing(jitted: Any) -> Sharing | None:
+    """Whose compilation ``jitted``'s last call ran, if it is shared (``None``: its own, unshared)."""
+    shared: SharedCompilation | None = shared_compilation_of(jitted)
+    if shared is None or (shared.reuses == 0 and shared.record is record_of(jitted)):
+        return None
+    return Sharing(shared.owner, shared.record is record_of(jitted), shared.reuses)
 
 
 def summarize(rows: list[Row]) -> list[Tally]:

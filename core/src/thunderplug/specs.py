@@ -29,6 +29,9 @@ class Priority:
     CORE = 1000  #: thunderplug's own interpretation-time executor
     GRADIENT_RULES = 900  #: executors that only answer gradient rules (thunderplug_broadcast_grads)
     BEFORE_AUTODIFF = 500  #: executors that claim an op whole, with their own fwd+bwd
+    #: thunderplug-aten's executors that run ops with eager's own kernels: ahead of the fusers, behind
+    #: every plugin's claims (a plugin that takes an op itself is asked first)
+    EAGER_KERNELS = 400
     FUSER = 100  #: fusion executors (nvFuser, torch.compile regions)
     DIRECT = 10  #: run what is left op by op (e.g. ATen overloads as themselves)
 

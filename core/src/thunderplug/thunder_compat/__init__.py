@@ -144,3 +144,8 @@ def set_last_traces(compiled: Any, forward: list, backward: list) -> None:
 
     stats = thunder.compile_stats(compiled)
     stats.last_traces, stats.last_backward_traces = forward, backward
+
+
+def debug_option_values(options: Any) -> dict[str, Any]:
+    """The values of a ``thunder.DebugOptions`` (thunder keeps the registered names in ``_defaults``)."""
+    return {name: getattr(options, name) for name in type(options)._defaults}

@@ -48,6 +48,7 @@ from thunderplug.thunder_compat import (
     general_jit_lookaside_map,
     interpret_call,
     runs_called_function_itself,
+    sharing,
     speedups,
 )
 
@@ -243,6 +244,18 @@ PATCHES: tuple[Patch, ...] = (
         "thunder bug: each call under `torch.autocast` pushes the caller's autocast onto the jitted function's "
         "autocast stack and never pops it, so every later compilation of the function applies autocast (a plain "
         "call after an autocast one returns bfloat16) and the stack grows per call: it is restored after each call.",
+    ),
+    Patch(
+        "one compilation per module structure", thunder, "_with_cache_info_ctx",
+        lambda original: sharing.shared_compilations(original, uses_core_executor),
+        "discover() compilations of modules without thunder transforms",
+        "thunder compiles each jitted module on its own, so `thunder.jit(block)` on each of a model's identical "
+        "blocks compiles the same program once per block (~1.6 s each for a float8 GPT block). thunder's prologue "
+        "reads the module from its globals and its parameters through it, and the computation only sees what the "
+        "prologue returns: a module's new compilation is offered to the modules of the same structure (classes, "
+        "attribute values, parameter metadata and aliasing, jit options: `thunderplug.reuse.structure_of`), which "
+        "append it to their own cache with the prologue rebound to themselves; its guards decide as for their own "
+        "entries, and a miss compiles as before.",
     ),
     Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",

@@ -95,8 +95,8 @@ def deferred_full_collections_while_compiling(
     """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
     when ``thunder.jit`` is called), wrapping also a deferral of full garbage collections for jitted
     functions whose executors ``uses_thunderplug``; the compile data is read from the function's closure.
-    When the call compiled (a new list of computation traces), ``after_compiling`` gets that list
-    before the step runs."""
+    When the call compiled (a cache miss; a hit on a compilation another module shared also brings
+    new traces), ``after_compiling`` gets the new list of computation traces before the step runs."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         wrapped = original(fn)
@@ -110,12 +110,12 @@ def deferred_full_collections_while_compiling(
             if compile_data is None or not uses_thunderplug(compile_data):
                 return wrapped(*args, **kwargs)
             stats = compile_stats_ref() if compile_stats_ref is not None else None
-            traces_before = getattr(stats, "last_traces", None)
+            misses_before = getattr(stats, "cache_misses", None)
             _defer_full_collections()
             try:
                 result = wrapped(*args, **kwargs)
                 traces = getattr(stats, "last_traces", None)
-                if traces is not None and traces is not traces_before:
+                if traces is not None and getattr(stats, "cache_misses", None) != misses_before:
                     after_compiling(traces)
                 return result
             finally:

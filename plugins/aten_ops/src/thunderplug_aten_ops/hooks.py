@@ -32,7 +32,7 @@ def register_executors(register) -> None:
         ExecutorSpec(
             eager_kernels.EXECUTOR_NAME,
             eager_kernels.build_executor,
-            Priority.BEFORE_AUTODIFF,
+            Priority.EAGER_KERNELS,
             "eager's ATen kernels, forward and backward, for GELU/LayerNorm/softmax/cross-entropy/NLL loss/SDPA",
         )
     )
@@ -42,7 +42,7 @@ def register_executors(register) -> None:
         ExecutorSpec(
             backward_kernels.EXECUTOR_NAME,
             backward_kernels.build_executor,
-            Priority.BEFORE_AUTODIFF,
+            Priority.EAGER_KERNELS,
             "eager's kernels and derivative formulas, forward and backward, for activations, clamp, pow, max/min",
         )
     )
