@@ -19,9 +19,9 @@ How: one thunder ``OperatorExecutor``; each ltorch symbol gets
 ``register_implementation(symbol, operator, checker=..., grad_transform=...)``, the extension point
 thunder's own sdpa executor uses. The executor sits before the fusers and behind every plugin's
 claims (``Priority.EAGER_KERNELS``), so thunder's autodiff asks it before them and takes its grad
-rule: the forward kernel is recorded in the forward trace, the backward kernel (fed by the kernel's own saved outputs, such as LayerNorm's mean
-and rstd) in the backward trace, as thunder's sdpa executor records its kernels. Each kernel's output
-metadata comes from running the overload on meta tensors, never from a guess. Without grad, the op
+rule: the forward kernel is recorded in the forward trace, the backward kernel (fed by the kernel's
+own saved outputs, such as LayerNorm's mean and rstd) in the backward trace, as thunder's sdpa
+executor records its kernels. Each kernel's output metadata comes from running the overload on meta tensors, never from a guess. Without grad, the op
 stays thunder's symbol in the trace (traces are read by thunder's transforms, its tests and users'
 tools): the operator is registered ``like=`` it and calls eager's own function
 (``torch.nn.functional.gelu``, ``torch.softmax``, ...), printed as thunder's torch executor prints
