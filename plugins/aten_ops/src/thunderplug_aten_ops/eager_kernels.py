@@ -15,15 +15,15 @@ backward is also wrong for 3-D and 5-D+ inputs (an ``(n, c, 1, -1)`` gradient, o
 with ``reduction="none"``), which the kernels, fed the shapes ``nll_loss_nd`` feeds them, are not;
 cross-entropy with label smoothing (declined here) reaches them through thunder's composition.
 
-How: one thunder ``OperatorExecutor``; each ltorch symbol gets
-``register_implementation(symbol, operator, checker=..., grad_transform=...)``, the extension point
-thunder's own sdpa executor uses. The executor sits before the fusers and behind every plugin's
-claims (``Priority.EAGER_KERNELS``), so thunder's autodiff asks it before them and takes its grad
-rule: the forward kernel is recorded in the forward trace, the backward kernel (fed by the kernel's
-own saved outputs, such as LayerNorm's mean and rstd) in the backward trace, as thunder's sdpa
-executor records its kernels. Each kernel's output metadata comes from running the overload on meta tensors, never from a guess. Without grad, the op
-stays thunder's symbol in the trace (traces are read by thunder's transforms, its tests and users'
-tools): the operator is registered ``like=`` it and calls eager's own function
+How: one thunder ``OperatorExecutor``; each ltorch symbol gets ``register_implementation(symbol,
+operator, checker=..., grad_transform=...)``, the extension point thunder's own sdpa executor uses.
+The executor sits before the fusers and behind every plugin's claims (``Priority.EAGER_KERNELS``),
+so thunder's autodiff asks it before them and takes its grad rule: the forward kernel is recorded in
+the forward trace, the backward kernel (fed by the kernel's own saved outputs, such as LayerNorm's
+mean and rstd) in the backward trace, as thunder's sdpa executor records its kernels. Each kernel's
+output metadata comes from running the overload on meta tensors, never from a guess. Without grad,
+the op stays thunder's symbol in the trace (traces are read by thunder's transforms, its tests and
+users' tools): the operator is registered ``like=`` it and calls eager's own function
 (``torch.nn.functional.gelu``, ``torch.softmax``, ...), printed as thunder's torch executor prints
 it; eager's function runs the same ATen kernel that the checker found eager picks.
 
