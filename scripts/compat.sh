@@ -25,12 +25,13 @@ python=${PYTHON:-python3}
 if [ ! -x "$env/bin/python" ]; then
     "$python" -m venv "$env" || exit 1
     # torch and torchao first and pinned; thunder's own dependencies (not torch) follow it
-    "$env/bin/pip" install -q "torch==$torch_version" "torchao==$torchao_version" "lightning-thunder==0.2.6" \
-        "pluggy>=1.5" pytest expecttest hypothesis || { rm -rf "$env"; exit 1; }
-    # this checkout, without its pins (torch==2.9.1, torchao==0.14.1) replacing the ones above
-    "$env/bin/pip" install -q --no-deps . ./plugins/aten_ops ./plugins/float8 ./plugins/nvfuser \
-        ./plugins/transformer_engine || { rm -rf "$env"; exit 1; }
+    "$env/bin/python" -m pip install -q "torch==$torch_version" "torchao==$torchao_version" \
+        "lightning-thunder==0.2.6" "pluggy>=1.5" pytest expecttest hypothesis || { rm -rf "$env"; exit 1; }
 fi
+# this checkout, every time (its code changes, the environment does not), without its pins
+# (torch, torchao) replacing the ones above
+"$env/bin/python" -m pip install -q --no-deps --force-reinstall . ./plugins/aten_ops ./plugins/float8 \
+    ./plugins/nvfuser ./plugins/transformer_engine || exit 1
 unset PYTHONPATH  # the installed copies, not a worktree's sources (scripts/env.sh-style setups set it)
 "$env/bin/python" -c "import thunderplug, torch, torchao, thunder; thunderplug.discover(quiet=True); \
 print('torch', torch.__version__, 'torchao', torchao.__version__, 'thunder', thunder.__version__)" || exit 1

@@ -19,7 +19,9 @@ It keeps the layouts torch multiplies in (the second operand contiguous, the fir
 
 It runs only where torch itself would emulate: CPU float8 operands, one float32 scale each, a
 float32/bfloat16/float16 result and no oneDNN AMX route (checked at run time, since
-``torch.backends.mkldnn.enabled`` can change between calls); elsewhere it calls torch's op.
+``torch.backends.mkldnn.enabled`` can change between calls); elsewhere it calls torch's op, as it
+does on a torch that cannot say whether AMX would run (2.11 and later: the emulation it matches
+bit for bit is torch 2.9's and 2.10's).
 """
 
 from __future__ import annotations
@@ -77,9 +79,10 @@ def _onednn_would_run(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether torch routes this call to oneDNN's AMX kernel instead of its emulation."""
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
-    if a.dtype == b.dtype:
-        return bool(torch._C._cpu._is_amx_tile_supported())
-    return bool(torch._C._cpu._is_amx_fp16_supported())
+    predicate = "_is_amx_tile_supported" if a.dtype == b.dtype else "_is_amx_fp16_supported"
+    supported = getattr(torch._C._cpu, predicate, None)
+    # torch 2.11 dropped these predicates: its own op then, whatever route it takes there
+    return supported is None or bool(supported())
 
 
 def _widened(x: torch.Tensor) -> tuple[torch.Tensor, float]:
