@@ -336,3 +336,26 @@ def collective_lookasides(table: AtenTable) -> dict[Any, Callable[..., Any]]:
     return {
         packet: record_source_loc_in_symbol_header(functools.partial(table.call_packet, packet)) for packet in packets
     }
+
+
+def redistributed(value: torch.Tensor, spec: Any) -> torch.Tensor:
+    """DTensor ``value`` with the placements of ``spec`` (a ``DTensorSpec``), ``Partial`` ones
+    included: a gradient converted to the placements eager autograd gives it
+    (``subclass.gradient_layouts``), which can be ``Partial``, which DTensor's public
+    ``redistribute`` refuses to make. Its own redistribution of local tensors (what its ops use)
+    makes them from ``Replicate`` only (dividing by the mesh dimension's size), so a ``Shard`` that
+    must become ``Partial`` is replicated first."""
+    import dataclasses
+
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor._redistribute import redistribute_local_tensor
+
+    local, current = value._local_tensor, value._spec
+    via = [
+        Replicate() if target.is_partial() and not now.is_partial() else now
+        for now, target in zip(current.placements, spec.placements)
+    ]
+    if via != list(current.placements):
+        replicated = dataclasses.replace(current, placements=tuple(via))
+        local, current = redistribute_local_tensor(local, current, replicated), replicated
+    return DTensor(redistribute_local_tensor(local, current, spec), spec, requires_grad=False)

@@ -28,8 +28,15 @@ from thunderplug.aten import AtenTable
 from thunderplug.distributed import distributed_lookasides
 from thunderplug.specs import AtenOp
 from thunderplug.subclass.autodiff import vjp_of
+from thunderplug.subclass.gradient_layouts import with_eager_gradient_layouts
 from thunderplug.subclass.symbols import unrolled_op_symbol
-from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op, subclass_flatten, subclass_unflatten
+from thunderplug.subclass.values import (
+    SubclassLayout,
+    SubclassTensorProxy,
+    is_subclass_op,
+    subclass_flatten,
+    subclass_unflatten,
+)
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
 
 CORE_EXECUTOR_NAME = "thunderplug"
@@ -57,15 +64,22 @@ class ThunderplugExecutor(FusionExecutor):
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         if not any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             return trace
-        others = [ex for ex in get_compile_data().executors_list if ex is not self]
+        compile_data = get_compile_data()
+        others = [ex for ex in compile_data.executors_list if ex is not self]
+        before_unrolling = None
         # An autograd.Function inlined by thunder's ad-hoc executor can expose more subclass ops
         # (and nested autograd.Functions); repeat until none is left.
         while any(_needs_unrolling(bsym) for bsym in trace.bound_symbols):
             unrolled = from_trace(trace)
             retyped = _retrace_stale(trace.bound_symbols, unrolled)
+            if before_unrolling is None:
+                before_unrolling = (retyped, unrolled)
             unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
             trace = transform_for_operator_executor_execution(_cse(unrolled, self.aten), others)
-        return dce(trace)
+        trace = dce(trace)
+        if before_unrolling is not None and not any(_inlinable(b) for b in before_unrolling[0]):
+            trace = with_eager_gradient_layouts(trace, *before_unrolling, compile_data, _retrace_stale)
+        return trace
 
 
 def _torch_autograd_backward(display: str, overload: Any) -> Symbol:
@@ -141,9 +155,12 @@ def _opaque_proxy_methods() -> dict:
 
 def _needs_unrolling(bsym: BoundSymbol) -> bool:
     """A subclass op, or an autograd.Function symbol that thunder left un-inlined (nested ones)."""
+    return is_subclass_op(bsym.sym) or _inlinable(bsym)
+
+
+def _inlinable(bsym: BoundSymbol) -> bool:
     executor = bsym.sym.executor
-    inlinable = isinstance(executor, TemporaryExecutor) and executor.get_execution_transform(bsym) is not None
-    return is_subclass_op(bsym.sym) or inlinable
+    return isinstance(executor, TemporaryExecutor) and executor.get_execution_transform(bsym) is not None
 
 
 def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
@@ -156,15 +173,18 @@ def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
     return result
 
 
-def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx) -> list[BoundSymbol]:
+def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx, swap: dict | None = None) -> list[BoundSymbol]:
     """Re-decompose subclass ops whose argument types changed after autodiff.
 
     A gradient rule traces its backward assuming the gradient of a subclass value has that value's
     type; autodiff then substitutes the gradient really computed, which eager PyTorch may make a
     plain tensor (a float8 value used by a matmul gets a plain gradient). Such ops are traced again
     for the real types, and their new outputs replace the old ones downstream.
+
+    ``swap`` (updated in place) maps proxies to their replacements, e.g. cotangents to ones of other
+    layouts (``gradient_layouts``).
     """
-    swap: dict = {}
+    swap = {} if swap is None else swap
     result = []
     for bsym in bsyms:
         bsym = _swapped(bsym, swap)
@@ -182,19 +202,37 @@ def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx) -> list[BoundSymbo
 
 
 def _has_stale_flatten(bsym: BoundSymbol) -> bool:
-    """A ``subclass_flatten`` of the op was traced for another nesting of types than its argument
-    now has: a plain gradient where a subclass was assumed, or, for nested subclasses, another
-    inner type (eager gives a DTensor gradient a Float8TrainingTensor local tensor when a
-    float8 cast's backward produced it, a plain one otherwise). Its outputs would then be read as
-    the wrong types at run time."""
+    """A ``subclass_flatten`` of the op was traced for another value than its argument now is.
+
+    * Another nesting of types: a plain gradient where a subclass was assumed, or, for nested
+      subclasses, another inner type (eager gives a DTensor gradient a Float8TrainingTensor local
+      tensor when a float8 cast's backward produced it, a plain one otherwise). Its outputs would
+      then be read as the wrong types at run time.
+    * The same types with another context that the subclass converts between (a DTensor gradient
+      with other placements than the forward value it is the gradient of). ``subclass_flatten``
+      would redistribute it to the assumed placements, and the op would then propagate those: eager
+      autograd converts nothing, each backward op takes the gradient as the previous one made it,
+      so the gradients that reach the inputs have eager's placements only if the op is traced for
+      the real ones.
+    """
     return any(
-        sub.sym == subclass_flatten and _structure(sub.args[0]) != _flattened_structure(sub) for sub in bsym.subsymbols
+        sub.sym == subclass_flatten
+        and (_structure(sub.args[0]) != _flattened_structure(sub) or _other_context(sub.args[0], sub.args[1]))
+        for sub in bsym.subsymbols
     )
 
 
+def _other_context(value: Any, layout: SubclassLayout) -> bool:
+    """Whether ``value`` has another context than ``layout``, of a type that converts between
+    contexts (inner values are flattened by their own ``subclass_flatten``, checked there)."""
+    if not isinstance(value, SubclassTensorProxy):
+        return False
+    return not layout.same_as(value.layout)
+
+
 def _structure(value: Any) -> Any:
-    """A value's nesting of subclass types, down to its plain tensors (contexts left out: values
-    that differ only there are converted at run time by ``subclass_flatten``)."""
+    """A value's nesting of subclass types, down to its plain tensors (contexts left out: those
+    are compared by :func:`_other_context`)."""
     if not isinstance(value, SubclassTensorProxy):
         return None
     return (value.layout.cls, value.layout.attrs, tuple(_structure(inner) for inner in value.inner.values()))
