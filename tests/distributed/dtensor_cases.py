@@ -9,7 +9,7 @@ import thunder
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
-from training import batches, plain, train
+from training import batches, layout_of, plain, train
 
 import thunderplug
 
@@ -196,7 +196,7 @@ def dtensor_inputs(rank, world_size):
         return torch.relu(x @ w).sum()
 
     def run(fn):
-        record = {"losses": [], "grads": []}
+        record = {"losses": [], "grads": [], "layouts": []}
         for step in range(3):
             g = torch.Generator().manual_seed(10 * rank + step)
             x = DTensor.from_local(torch.randn(4, 8, generator=g), device_mesh, [Shard(0)]).detach().requires_grad_()
@@ -207,6 +207,7 @@ def dtensor_inputs(rank, world_size):
             loss.backward()
             record["losses"].append(plain(loss))
             record["grads"].append({"x": plain(x.grad), "w": plain(w.grad)})
+            record["layouts"].append({"x": layout_of(x.grad), "w": layout_of(w.grad)})
         return record
 
     return {"eager": run(f), "compiled": attempt(lambda: run(jit(f)))}

@@ -17,8 +17,8 @@ import thunder
 import torch
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
-from training import canonical, plain
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from training import canonical, layout_of, plain
 
 import thunderplug
 
@@ -26,21 +26,13 @@ STEPS = 3
 PLACEMENTS = {"shard0": [Shard(0)], "shard1": [Shard(1)], "replicate": [Replicate()]}
 
 
-def layout_of(grad: torch.Tensor | None) -> str | None:
-    """What a gradient is besides its values: its type and, for a DTensor, its placements."""
-    if grad is None:
-        return None
-    if isinstance(grad, DTensor):
-        return f"DTensor{tuple(grad.placements)}"
-    return type(grad).__name__
-
-
 def sharded_mlp(device_mesh, placement: str) -> torch.nn.Module:
     """Linear-ReLU-Linear whose weights are ``distribute_tensor(w, mesh, placement)`` and biases
     replicated."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     for linear in (model[0], model[2]):
-        linear.weight = torch.nn.Parameter(distribute_tensor(linear.weight.detach(), device_mesh, PLACEMENTS[placement]))
+        weight = distribute_tensor(linear.weight.detach(), device_mesh, PLACEMENTS[placement])
+        linear.weight = torch.nn.Parameter(weight)
         linear.bias = torch.nn.Parameter(distribute_tensor(linear.bias.detach(), device_mesh, [Replicate()]))
     return model
 

@@ -168,7 +168,8 @@ def assert_runs_match(
     """Every loss and every gradient of every step equal (``atol=rtol=0``: bit for bit).
 
     A gradient that is ``None`` in one run and a tensor in the other is a mismatch: that is how a
-    compiled module that trains the wrong parameters shows.
+    compiled module that trains the wrong parameters shows. Where both runs recorded the gradients'
+    ``layouts`` (type and DTensor placements: ``training.layout_of``), those must be equal too.
     """
     assert len(actual["losses"]) == len(expected["losses"]) >= 3, "fewer than 3 steps recorded"
     for step, (a, e) in enumerate(zip(actual["losses"], expected["losses"])):
@@ -186,6 +187,9 @@ def assert_runs_match(
                 rtol=rtol,
                 msg=lambda m, step=step, name=name: f"step {step}, grad of {name}: {m}",
             )
+    if "layouts" in actual and "layouts" in expected:
+        for step, (a, e) in enumerate(zip(actual["layouts"], expected["layouts"])):
+            assert a == e, f"step {step}: gradient types/placements {a} != eager's {e}"
 
 
 if __name__ == "__main__":

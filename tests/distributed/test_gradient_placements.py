@@ -31,17 +31,26 @@ def job(request):
     return request.getfixturevalue(request.param)
 
 
+#: Where eager's gradient is ``Partial`` and the compiled backward's was converted to it (its output's
+#: gradient arrived ``Partial`` where ``Replicate`` was assumed), each rank holds half of the full
+#: value instead of its own partial sum: full values within rounding (an ulp at the first step, 8e-7 after
+#: two SGD steps on these weights; bit for bit on 1 rank).
+TOLERANCES = {"mlp_shard1_local": {"atol": 1e-5, "rtol": 1e-5}}
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_discover_gradients_have_eager_placements_and_values(job, case):
     for result in results_of(job, case):
         assert "error" not in result["discover"], result["discover"]["error"]
-        assert_runs_match(result["discover"], result["eager"])
         assert result["discover"]["layouts"] == result["eager"]["layouts"]
+        exact = len(results_of(job, case)) == 1
+        assert_runs_match(result["discover"], result["eager"], **({} if exact else TOLERANCES.get(case, {})))
 
 
-def test_the_issue_program_gets_replicated_gradients_as_in_eager(job):
-    """The reported program: on a 1-rank mesh the ``Shard(0)`` weight's gradient is ``Replicate()``."""
-    for result in results_of(job, "mlp_shard0_loss_inside"):
+def test_the_issue_program_gets_replicated_gradients_as_in_eager(one_rank):
+    """The reported program: on a 1-rank mesh the ``Shard(0)`` weight's gradient is ``Replicate()``
+    in eager (on 2 ranks it stays ``Shard(0)``: DTensor's propagation weighs communication there)."""
+    for result in results_of(one_rank, "mlp_shard0_loss_inside"):
         assert result["eager"]["layouts"][0]["model.0.weight"] == "DTensor(Replicate(),)"
         assert result["discover"]["layouts"][0]["model.0.weight"] == "DTensor(Replicate(),)"
 

@@ -54,6 +54,18 @@ def plain(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.detach().clone().as_subclass(torch.Tensor)
 
 
+def layout_of(t: torch.Tensor | None) -> str | None:
+    """What a gradient is besides its values: its type and, for a DTensor, its placements
+    (eager's are the specification too: the optimizer step and later redistributes see them)."""
+    if t is None:
+        return None
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        return f"DTensor{tuple(t.placements)}"
+    return type(t).__name__
+
+
 _WRAPPERS = {"module", "_model", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
 
 
@@ -82,12 +94,13 @@ def train(
     """
     named = [(canonical(n), p) for n, p in (params() if params is not None else module.named_parameters())]
     optimizer = torch.optim.SGD([p for _, p in named], lr=lr)
-    record: dict[str, Any] = {"losses": [], "grads": []}
+    record: dict[str, Any] = {"losses": [], "grads": [], "layouts": []}
     for x, target in data:
         value = loss(module, x, target)
         value.backward()
         record["losses"].append(plain(value))
         record["grads"].append({name: grad_of(name, p) for name, p in named})
+        record["layouts"].append({name: layout_of(p.grad) for name, p in named})
         optimizer.step()
         optimizer.zero_grad()
         before_step()

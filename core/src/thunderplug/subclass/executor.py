@@ -73,7 +73,7 @@ class ThunderplugExecutor(FusionExecutor):
             unrolled = from_trace(trace)
             retyped = _retrace_stale(trace.bound_symbols, unrolled)
             if before_unrolling is None:
-                before_unrolling = (retyped, unrolled)
+                before_unrolling = (retyped, unrolled)  # the backward's subclass ops, for gradient_layouts
             unrolled.bound_symbols = _fold_round_trips([b for bsym in retyped for b in _unroll(bsym)])
             trace = transform_for_operator_executor_execution(_cse(unrolled, self.aten), others)
         trace = dce(trace)
@@ -223,11 +223,11 @@ def _has_stale_flatten(bsym: BoundSymbol) -> bool:
 
 
 def _other_context(value: Any, layout: SubclassLayout) -> bool:
-    """Whether ``value`` has another context than ``layout``, of a type that converts between
-    contexts (inner values are flattened by their own ``subclass_flatten``, checked there)."""
+    """Whether ``value`` is placed otherwise than ``layout`` says (inner values are flattened by
+    their own ``subclass_flatten``, checked there)."""
     if not isinstance(value, SubclassTensorProxy):
         return False
-    return not layout.same_as(value.layout)
+    return not layout.places_like(value.layout)
 
 
 def _structure(value: Any) -> Any:

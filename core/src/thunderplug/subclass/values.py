@@ -64,10 +64,27 @@ class SubclassLayout:
             return False
         return self.ctx == other.ctx or not hasattr(self.cls, "__coerce_same_metadata_as_tangent__")
 
+    def places_like(self, other: SubclassLayout) -> bool:
+        """Whether a value of layout ``other`` is placed as one of this layout: for a DTensor, the
+        same mesh and placements (what its sharding propagation decides by, unlike its flatten
+        context's strides and ``requires_grad``); for other types, :meth:`same_as`."""
+        if is_dtensor(self.cls) and self.cls is other.cls:
+            mine, theirs = self.ctx[0], other.ctx[0]
+            return mine.mesh == theirs.mesh and tuple(mine.placements) == tuple(theirs.placements)
+        return self.same_as(other)
+
     @staticmethod
     def of(tensor: torch.Tensor) -> SubclassLayout:
         attrs, ctx = tensor.__tensor_flatten__()
         return SubclassLayout(type(tensor), tuple(attrs), ctx, tuple(tensor.shape), tuple(tensor.stride()))
+
+
+def is_dtensor(cls: type) -> bool:
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return issubclass(cls, DTensor)
 
 
 class SubclassTensorProxy(TensorProxy):
