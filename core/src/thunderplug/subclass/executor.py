@@ -174,7 +174,7 @@ def _unroll(bsym: BoundSymbol) -> list[BoundSymbol]:
 
 
 def _retrace_stale(bsyms: list[BoundSymbol], trace: TraceCtx, swap: dict | None = None) -> list[BoundSymbol]:
-    """Re-decompose subclass ops whose argument types changed after autodiff.
+    """Re-decompose subclass ops whose argument types (or DTensor placements) changed after autodiff.
 
     A gradient rule traces its backward assuming the gradient of a subclass value has that value's
     type; autodiff then substitutes the gradient really computed, which eager PyTorch may make a
