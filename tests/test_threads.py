@@ -83,3 +83,44 @@ def test_the_first_discover_from_four_threads_gives_one_list():
     assert race.returncode == 0 and single.returncode == 0, race.stderr + single.stderr
     assert race.stdout.split()[0] == "1"
     assert race.stdout.strip().split(" ", 1)[1] == single.stdout.strip().split(" ", 1)[1]
+
+
+def test_autocast_rules_stay_on_after_compilations_interleave_in_two_threads():
+    """thunder turns its autocast rules off around each rule (and thunderplug around each unrolled
+    subclass graph) with a process-wide flag saved and restored: threads that interleave (A off, B
+    saves "off", A restores "on", B restores "off") left it off, and every later compilation under
+    ``torch.autocast`` came out float32 (it failed the autocast tests of a whole-suite run). With
+    thunderplug's patches the flag is per thread; the interleaving is forced here."""
+    import thunder.transforms.autocast as thunder_autocast
+
+    thunderplug.discover(quiet=True)  # installs the patches
+    a_entered, b_entered, a_left = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with thunder_autocast.disable_autocast():
+            a_entered.set()
+            b_entered.wait(10)
+        a_left.set()
+
+    def second():
+        a_entered.wait(10)
+        with thunder_autocast.disable_autocast():
+            b_entered.set()
+            a_left.wait(10)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert thunder_autocast.is_autocast_enabled()
+
+    def linear(x, w):
+        return torch.nn.functional.linear(x, w)
+
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    for jitted in (thunder.jit(linear), thunder.jit(linear, executors=thunderplug.discover(quiet=True))):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected, actual = linear(x, w), jitted(x, w)
+        assert actual.dtype == expected.dtype == torch.bfloat16
+        torch.testing.assert_close(actual, expected)

@@ -33,7 +33,7 @@ import torch.utils._pytree as torch_pytree
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import get_tracectx
-from thunder.transforms.autocast import disable_autocast as thunder_without_autocast
+from thunder.transforms import autocast as thunder_autocast
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -298,7 +298,8 @@ def _replay(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: AtenT
     A graph replayed before on inputs of the same metadata has its bound symbols copied
     (``replay``), not its ATen symbols called again. Autocast is off (torch's and thunder's
     rules): the graph's casts are in it, and thunder runs its ATen ops under ``no_autocast``."""
-    with torch_without_autocast(), thunder_without_autocast():
+    # looked up per call: thunderplug's patches make thunder's flag per thread
+    with torch_without_autocast(), thunder_autocast.disable_autocast():
         return _replay_below_autocast(graph, leaves, table, display)
 
 

@@ -3,8 +3,10 @@ a wrong gradient into what eager PyTorch does."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from thunder.core.codeutils import SigInfo
@@ -324,3 +326,27 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
             writes.update(local)
 
     return replacement
+
+
+_autocast_rules = threading.local()
+
+
+def autocast_rules_enabled() -> bool:
+    """Replaces ``thunder.transforms.autocast.is_autocast_enabled``: whether thunder's autocast rules
+    apply to the symbols this thread traces now."""
+    return getattr(_autocast_rules, "enabled", True)
+
+
+@contextlib.contextmanager
+def autocast_rules_disabled() -> Iterator[None]:
+    """Replaces ``thunder.transforms.autocast.disable_autocast``. thunder keeps the flag in a module
+    global, saved and restored around each rule: two threads compiling at once (each subclass op's
+    unrolled graph is traced under it) interleave their saves and restores and can leave it off for
+    the whole process, after which no later compilation applies autocast (float32 where eager gives
+    bfloat16, stock ``thunder.jit`` included). One flag per thread."""
+    before = autocast_rules_enabled()
+    _autocast_rules.enabled = False
+    try:
+        yield
+    finally:
+        _autocast_rules.enabled = before

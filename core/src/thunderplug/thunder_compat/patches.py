@@ -4,7 +4,7 @@ thunder exactly, ``installed()`` does both around a block. docs/patches.md is ge
 table (``python -m thunderplug.thunder_compat.patches``), and a test checks it is.
 
 Each replacement is built from thunder's original and defers to it unless the compilation in
-progress uses ``discover()``'s executors, except the two thunder bug fixes marked "always".
+progress uses ``discover()``'s executors, except the thunder bug fixes marked "always".
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from thunder.core.transforms import backward_impls
 from thunder.executors import passes
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
+from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
 
 from thunderplug import (
@@ -244,6 +245,19 @@ PATCHES: tuple[Patch, ...] = (
         "thunder bug: each call under `torch.autocast` pushes the caller's autocast onto the jitted function's "
         "autocast stack and never pops it, so every later compilation of the function applies autocast (a plain "
         "call after an autocast one returns bfloat16) and the stack grows per call: it is restored after each call.",
+    ),
+    Patch(
+        "autocast rules flag per thread", thunder_autocast, "is_autocast_enabled",
+        lambda original: fixes.autocast_rules_enabled, "always",
+        "thunder bug: whether autocast rules apply is a process-wide flag that each rule turns off and back on; "
+        "compilations in two threads interleave and can leave it off for good (every later compilation under "
+        "`torch.autocast` ignores it, stock `thunder.jit` too): the flag is per thread.",
+    ),
+    Patch(
+        "autocast rules disabled per thread", thunder_autocast, "disable_autocast",
+        lambda original: fixes.autocast_rules_disabled, "always",
+        "turns the per-thread flag of \"autocast rules flag per thread\" off around a rule (thunder's own autocast "
+        "rules and thunderplug's unrolled subclass graphs, whose casts are already in them).",
     ),
     Patch(
         "one compilation per module structure", thunder, "_with_cache_info_ctx",
