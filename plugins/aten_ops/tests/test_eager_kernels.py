@@ -131,6 +131,21 @@ def _sdpa_scaled(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, scale=0.3)
 
 
+def _sdpa_bool_mask(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _causal_mask(n: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def _padding_mask(batch: int, n: int) -> torch.Tensor:
+    """transformers' 4-D form: (batch, 1, queries, keys), the second sample's last 3 keys padded."""
+    mask = _causal_mask(n).expand(batch, 1, n, n).clone()
+    mask[1, :, :, n - 3 :] = False
+    return mask
+
+
 def _sdpa_strided(q, k, v):
     # q/k/v as views of (b, t, h, d) projections, the way an attention block builds them
     split = lambda y: y.transpose(1, 2)  # noqa: E731
@@ -229,8 +244,14 @@ def _cases(dtype):
             [r(2, 16, 3, 8) for _ in range(3)],
             ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"],
         ),
+        # boolean masks (transformers' sdpa_mask): the kernel eager runs, fed the additive mask eager makes
+        "sdpa_bool_mask": (_sdpa_bool_mask, [*qkv, Frozen(_causal_mask(16))], SDPA_WITH_MASK),
+        "sdpa_padding_mask": (_sdpa_bool_mask, [*qkv, Frozen(_padding_mask(2, 16))], SDPA_WITH_MASK),
     }
 
+
+#: the trace of SDPA with a boolean mask: the additive mask built as eager's sdpa builds it, then the kernels
+SDPA_WITH_MASK = ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]
 
 CASE_NAMES = list(_cases(torch.float32))
 

@@ -102,7 +102,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "Symbol.__call__", Symbol, "__call__", interception.symbol_call, "discover() compilations",
         "a symbol called with a subclass proxy records the subclass op symbol instead (`TwoTensor.torch.mul`): "
-        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules.",
+        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules. "
+        "A `Tensor.to` that changes nothing returns the tensor itself, as in eager (thunder records a "
+        "`shallow_copy` whose gradients it sums apart: transformers' RMSNorm drifted by ulps).",
     ),
     Patch(
         "subclass aliases", update_aliases, "_get_new_alias", interception.new_alias, "discover() compilations",

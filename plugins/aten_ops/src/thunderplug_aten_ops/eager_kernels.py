@@ -29,8 +29,11 @@ it; eager's function runs the same ATen kernel that the checker found eager pick
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
-label smoothing or probability targets, SDPA with a mask, dropout, or a shape
-eager routes to its math fallback. ``discover(exclude=["eager_kernels"])`` turns the executor off,
+label smoothing or probability targets, SDPA with a float mask (it may require a gradient), dropout,
+or a shape eager routes to its math fallback. SDPA with a boolean mask is claimed: eager hands the
+flash kernel that mask as an additive one (``-inf`` where False), which the trace builds the same way;
+transformers builds such masks under compilation where eager passes ``is_causal=True``, and the
+kernel gives the same bits either way. ``discover(exclude=["eager_kernels"])`` turns the executor off,
 e.g. to let a GPU fuser take these ops into its regions instead.
 """
 
@@ -311,22 +314,35 @@ class _Kernels:
 
     @staticmethod
     def sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None) -> bool:
-        if not all(_float(t) for t in (q, k, v)) or attn_mask is not None or dropout_p != 0.0:
+        if not all(_float(t) for t in (q, k, v)) or not _boolean_mask(attn_mask) or dropout_p != 0.0:
             return False
-        if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v)):
+        if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v, attn_mask) if t is not None):
             return False
-        return _eager_sdpa_backend(q, k, v, is_causal, scale) == torch.nn.attention.SDPBackend.FLASH_ATTENTION
+        backend = _eager_sdpa_backend(q, k, v, attn_mask, is_causal, scale)
+        return backend == torch.nn.attention.SDPBackend.FLASH_ATTENTION
 
     def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
-        out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, None, scale)
-        gq, gk, gv = self.sdpa_backward(get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, None, scale)
+        if attn_mask is not None:  # the additive mask eager's sdpa hands the kernel: -inf where False, else 0
+            zeros = ltorch.zeros_like(attn_mask, dtype=q.dtype)
+            attn_mask = ltorch.masked_fill(zeros, ltorch.logical_not(attn_mask), float("-inf"))
+        out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, attn_mask, scale)
+        gq, gk, gv = self.sdpa_backward(
+            get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask, scale
+        )
         for t, g in ((q, gq), (k, gk), (v, gv)):
             put_grad(t, g)
         return out
 
 
-def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
-    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes and dtypes.
+def _boolean_mask(mask: Any) -> bool:
+    """No mask, or a boolean one of 2 or 4 dims (the layouts the CPU flash kernel reads; transformers'
+    ``sdpa_mask``): eager converts it to an additive float mask, which gets no gradient. Float masks,
+    which may require one, stay thunder's."""
+    return mask is None or (type(mask) is TensorProxy and mask.dtype is dtypes.bool8 and mask.ndim in (2, 4))
+
+
+def _eager_sdpa_backend(q, k, v, attn_mask, is_causal: bool, scale: float | None) -> Any:
+    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes, dtypes and mask.
 
     Asked of torch itself, on stand-ins that share one row of storage (shape and dtype are what
     the CPU choice reads; the last dim is kept unit-stride, as the flash kernel requires).
@@ -337,7 +353,10 @@ def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
         row = torch.empty(shape[-1] if shape else 1, dtype=dtypes.to_torch_dtype(t.dtype))
         return row.as_strided(shape, (0,) * (len(shape) - 1) + (1,)) if shape else row[0]
 
-    choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), is_causal=is_causal, scale=scale)
+    mask = stand_in(attn_mask) if attn_mask is not None else None
+    choice = torch._fused_sdp_choice(
+        stand_in(q), stand_in(k), stand_in(v), attn_mask=mask, is_causal=is_causal, scale=scale
+    )
     return torch.nn.attention.SDPBackend(choice)
 
 
