@@ -131,6 +131,18 @@ def _sdpa_scaled(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, scale=0.3)
 
 
+def _conv2d(x, w, b):
+    return F.conv2d(x, w, b, stride=2, padding=1)
+
+
+def _conv1d_groups(x, w):
+    return F.conv1d(x, w, None, padding=(2,), dilation=2, groups=2)
+
+
+def _conv3d(x, w, b):
+    return F.conv3d(x, w, b)
+
+
 def _sdpa_bool_mask(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
@@ -244,12 +256,17 @@ def _cases(dtype):
             [r(2, 16, 3, 8) for _ in range(3)],
             ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"],
         ),
+        # convolutions (a ViT's patch embedding): ATen's convolution and convolution_backward
+        "conv2d": (_conv2d, [r(2, 3, 9, 9), r(4, 3, 3, 3), r(4)], CONVOLUTION),
+        "conv1d_groups": (_conv1d_groups, [r(2, 4, 11), r(6, 2, 3)], CONVOLUTION),
+        "conv3d": (_conv3d, [r(1, 2, 4, 5, 5), r(3, 2, 2, 2, 2), r(3)], CONVOLUTION),
         # boolean masks (transformers' sdpa_mask): the kernel eager runs, fed the additive mask eager makes
         "sdpa_bool_mask": (_sdpa_bool_mask, [*qkv, Frozen(_causal_mask(16))], SDPA_WITH_MASK),
         "sdpa_padding_mask": (_sdpa_bool_mask, [*qkv, Frozen(_padding_mask(2, 16))], SDPA_WITH_MASK),
     }
 
 
+CONVOLUTION = ["eager_convolution", "eager_convolution_backward"]
 #: the trace of SDPA with a boolean mask: the additive mask built as eager's sdpa builds it, then the kernels
 SDPA_WITH_MASK = ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]
 
