@@ -353,3 +353,16 @@ def returns_input_unchanged(symbol: Any, args: tuple, kwargs: dict) -> bool:
         return False
     a = args[0]
     return (device is None or device == a.device) and (dtype is None or are_same_dtypes(a, dtype))
+
+
+def mark_static_address_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``torch._dynamo.mark_static_address(t)`` only tags ``t`` with an attribute that Dynamo alone reads
+    (transformers' ``StaticCache`` tags its key/value tensors and length when it allocates them, during
+    the first forward). thunder replays the attribute write onto a tensor input and fails (``trying to set
+    ._dynamo_static_input_type``); a thunder trace has no use for the tag, so the call does nothing."""
+    ours = interpreter_needs_wrap(lambda *args, **kwargs: None)
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement

@@ -342,6 +342,13 @@ PATCHES: tuple[Patch, ...] = (
         "dynamic KV cache starts from) that lack the concatenated dimension; thunder fails on them.",
     ),
     Patch(
+        "mark_static_address lookaside", _LOOKASIDES, torch._dynamo.mark_static_address,
+        lambda original: fixes.mark_static_address_lookaside(original, _compiling_with_core),
+        "discover() compilations",
+        "`torch._dynamo.mark_static_address` (a tag only Dynamo reads; transformers' `StaticCache` calls it when "
+        "the first forward allocates the cache) does nothing: thunder failed replaying the tag onto a tensor input.",
+    ),
+    Patch(
         "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,
         lambda original: fixes.sdpa_lookaside(original, _compiling_with_core), "discover() compilations",
         "thunder's symbol lacks `enable_gqa` (transformers passes it for grouped-query attention): key and value "
