@@ -20,7 +20,7 @@ pytest.importorskip("litgpt")
 
 ALL = os.environ.get("THUNDERPLUG_REAL_MODELS", "").lower() in ("1", "true", "yes", "on")
 DEFAULT = ("hf_llama", "hf_bert", "litgpt_pythia", "thunder_nanogpt")
-FP32_TOLERANCE, LOW_PRECISION_TOLERANCE = 1e-5, 1e-3
+FP32_TOLERANCE = 1e-5
 
 #: Every case trains bit-identically to eager under discover(), fp32 and float8 (measured on this branch: hf_llama,
 #: hf_qwen2, hf_mistral, hf_gpt2, hf_bert, hf_vit, litgpt_pythia, litgpt_llama, thunder_nanogpt, thunder_llama2,
@@ -114,10 +114,9 @@ def test_quantized_inference_under_discover(name, config_name):
     with torch.no_grad():
         expected = model(batch)
         actual = compiler("discover")(model)(batch)
-    scale = float(expected.abs().max())
-    difference = float((actual - expected).abs().max()) / scale
-    assert difference <= LOW_PRECISION_TOLERANCE, difference
-    assert torch.equal(actual, expected)  # measured on every case and config: eager's kernels, bit for bit
+    # bit for bit on every case and config, NaNs included: eager's own logits of hf_bert under
+    # Float8WeightOnlyConfig hold 32 NaNs (torchao's), and so do discover()'s, in the same places
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
 def _static_cache(model: torch.nn.Module, batch: int, length: int):
