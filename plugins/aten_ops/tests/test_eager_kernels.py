@@ -158,6 +158,11 @@ def _padding_mask(batch: int, n: int) -> torch.Tensor:
     return mask
 
 
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask as transformers 4 builds its additive one: the dtype's minimum where masked, else 0."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
 def _sdpa_strided(q, k, v):
     # q/k/v as views of (b, t, h, d) projections, the way an attention block builds them
     split = lambda y: y.transpose(1, 2)  # noqa: E731
@@ -263,6 +268,8 @@ def _cases(dtype):
         # boolean masks (transformers' sdpa_mask): the kernel eager runs, fed the additive mask eager makes
         "sdpa_bool_mask": (_sdpa_bool_mask, [*qkv, Frozen(_causal_mask(16))], SDPA_WITH_MASK),
         "sdpa_padding_mask": (_sdpa_bool_mask, [*qkv, Frozen(_padding_mask(2, 16))], SDPA_WITH_MASK),
+        # an additive mask without grad (transformers 4's padding masks): handed to the kernel as it is
+        "sdpa_float_mask": (_sdpa_bool_mask, [*qkv, Frozen(_additive(_padding_mask(2, 16), dtype))], SDPA_WITH_MASK),
     }
 
 

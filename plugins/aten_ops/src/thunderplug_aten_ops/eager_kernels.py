@@ -31,7 +31,7 @@ it; eager's function runs the same ATen kernel that the checker found eager pick
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
-label smoothing or probability targets, SDPA with a float mask (it may require a gradient), dropout,
+label smoothing or probability targets, SDPA with a mask requiring a gradient, dropout,
 or a shape eager routes to its math fallback. SDPA with a boolean mask is claimed: eager hands the
 flash kernel that mask as an additive one (``-inf`` where False), which the trace builds the same way;
 transformers builds such masks under compilation where eager passes ``is_causal=True``, and the
@@ -341,7 +341,7 @@ class _Kernels:
 
     @staticmethod
     def sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None) -> bool:
-        if not all(_float(t) for t in (q, k, v)) or not _boolean_mask(attn_mask) or dropout_p != 0.0:
+        if not all(_float(t) for t in (q, k, v)) or not _kernel_mask(attn_mask, q) or dropout_p != 0.0:
             return False
         if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v, attn_mask) if t is not None):
             return False
@@ -349,7 +349,7 @@ class _Kernels:
         return backend == torch.nn.attention.SDPBackend.FLASH_ATTENTION
 
     def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
-        if attn_mask is not None:  # the additive mask eager's sdpa hands the kernel: -inf where False, else 0
+        if attn_mask is not None and attn_mask.dtype is dtypes.bool8:  # eager's additive mask: -inf where False
             zeros = ltorch.zeros_like(attn_mask, dtype=q.dtype)
             attn_mask = ltorch.masked_fill(zeros, ltorch.logical_not(attn_mask), float("-inf"))
         out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, attn_mask, scale)
@@ -366,11 +366,16 @@ def _per_dim(value: int | Sequence[int], dims: int) -> list[int]:
     return [int(value)] * dims if isinstance(value, int) else [int(v) for v in value]
 
 
-def _boolean_mask(mask: Any) -> bool:
-    """No mask, or a boolean one of 2 or 4 dims (the layouts the CPU flash kernel reads; transformers'
-    ``sdpa_mask``): eager converts it to an additive float mask, which gets no gradient. Float masks,
-    which may require one, stay thunder's."""
-    return mask is None or (type(mask) is TensorProxy and mask.dtype is dtypes.bool8 and mask.ndim in (2, 4))
+def _kernel_mask(mask: Any, q: Any) -> bool:
+    """No mask, or one of 2 or 4 dims (the layouts the CPU flash kernel reads) that gets no gradient:
+    boolean (transformers 5's ``sdpa_mask``; eager converts it to an additive float mask) or additive in
+    the query's dtype without ``requires_grad`` (transformers 4's padding masks). Masks requiring a
+    gradient stay thunder's."""
+    if mask is None:
+        return True
+    if type(mask) is not TensorProxy or mask.ndim not in (2, 4):
+        return False
+    return mask.dtype is dtypes.bool8 or (mask.dtype == q.dtype and not mask.requires_grad)
 
 
 def _eager_sdpa_backend(q, k, v, attn_mask, is_causal: bool, scale: float | None) -> Any:
