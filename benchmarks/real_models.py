@@ -129,7 +129,7 @@ def main() -> None:
         section = (
             "## Real models: first call and step time (benchmarks/real_models.py)\n\n"
             f"fp32 AdamW training steps of the tests/real_models cases on CPU, {args.steps} timed steps after the "
-            f"first, {len(cases)} of {len(CASES)} models. First-call columns: seconds (ratio to eager's first "
+            f"first, {len(cases)} of {len(CASES)} models{' (partial)' if len(cases) < len(CASES) else ''}. First-call columns: seconds (ratio to eager's first "
             "step); step columns: median step time / eager's. Measured on a shared 2-core machine under load: "
             "ratios are indicative only.\n\n" + "\n".join(lines) + "\n"
         )
