@@ -126,10 +126,11 @@ def main() -> None:
         lines.append(row(case.name, measure(case, args.steps, rotation)))
         print(lines[-1], flush=True)
     if args.write_docs:
+        partial = " (partial)" if len(cases) < len(CASES) else ""
         section = (
             "## Real models: first call and step time (benchmarks/real_models.py)\n\n"
             f"fp32 AdamW training steps of the tests/real_models cases on CPU, {args.steps} timed steps after the "
-            f"first, {len(cases)} of {len(CASES)} models{' (partial)' if len(cases) < len(CASES) else ''}. First-call columns: seconds (ratio to eager's first "
+            f"first, {len(cases)} of {len(CASES)} models{partial}. First-call columns: seconds (ratio to eager's first "
             "step); step columns: median step time / eager's. Measured on a shared 2-core machine under load: "
             "ratios are indicative only.\n\n" + "\n".join(lines) + "\n"
         )
