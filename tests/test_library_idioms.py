@@ -145,3 +145,26 @@ def test_no_op_to_returns_the_tensor_itself_and_other_to_calls_convert():
     assert [a is x for a in actual] == [e is x for e in expected] == [True, True, True, False, False]
     for a, e in zip(actual, expected, strict=True):
         assert a.dtype == e.dtype and torch.equal(a, e)
+
+
+class _Cache:
+    """transformers' StaticCache in miniature: allocates a tensor when first updated and tags it and its
+    length for Dynamo (thunder failed replaying the tag: `trying to set ._dynamo_static_input_type`)."""
+
+    def __init__(self):
+        self.length = torch.tensor(0)
+
+    def update(self, x):
+        self.keys = torch.zeros(3)
+        torch._dynamo.mark_static_address(self.keys)
+        torch._dynamo.mark_static_address(self.length)
+        self.length.add_(x.shape[0])
+        return x * self.length
+
+
+def test_mark_static_address_inside_jitted_code_does_nothing():
+    x = torch.randn(3)
+    eager_cache, cache = _Cache(), _Cache()
+    expected = eager_cache.update(x)
+    actual = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())(cache, x)
+    assert torch.equal(actual, expected) and torch.equal(cache.length, eager_cache.length)
