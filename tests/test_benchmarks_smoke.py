@@ -105,3 +105,24 @@ def test_compile_time_quick_prints_its_tables_and_writes_its_docs_section(tmp_pa
     assert "FAIL" not in proc.stdout and "timeout" not in proc.stdout, proc.stdout
     written = docs.read_text()
     assert written.startswith("# Benchmarks\n\nkept text\n") and per_block[0] in written
+
+
+REAL_MODELS_SCRIPT = SCRIPT.with_name("real_models.py")
+
+
+def test_real_models_prints_its_table_and_writes_its_docs_section(tmp_path):
+    pytest.importorskip("litgpt")
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(REAL_MODELS_SCRIPT), "--only", "litgpt_pythia", "--steps", "1", "--threads", "1",
+         "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| litgpt_pythia |")]
+    assert len(rows) == 1 and rows[0].count("|") == 10 and "fails" not in rows[0], proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# Benchmarks\n\nkept text\n") and rows[0] in written

@@ -115,3 +115,56 @@ def test_module_constructed_inside_forward():
 def test_stock_thunder_fails_on_a_module_constructed_inside_forward():
     with pytest.raises(AssertionError):
         thunder.jit(_LossBuiltInForward())(torch.randn(4, 5), torch.tensor([0, 1, 4, 2]))
+
+
+def _rms_norm(x, weight):
+    """transformers' LlamaRMSNorm: ``x.to(torch.float32)`` is ``x`` itself on float32 input, so ``x``'s
+    three uses (here, the residual) get their gradients summed in eager's order."""
+    hidden = x.to(torch.float32)
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    return weight * (hidden * torch.rsqrt(variance + 1e-6)).to(x.dtype) + x
+
+
+def _rms_norm_args():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(4, 64, 64, generator=g).requires_grad_(), torch.randn(64, generator=g).requires_grad_()
+
+
+def test_no_op_to_gradients_summed_as_eager():
+    _assert_bit_identical(_rms_norm, *_rms_norm_args())
+
+
+def test_no_op_to_returns_the_tensor_itself_and_other_to_calls_convert():
+    x = torch.randn(3, 4)
+
+    def conversions(x):
+        return x.to(torch.float32), x.to("cpu"), x.to(x), x.to(torch.float64), x.to(torch.float32, copy=True)
+
+    expected = conversions(x)
+    actual = thunder.jit(conversions, executors=thunderplug.discover())(x)
+    assert [a is x for a in actual] == [e is x for e in expected] == [True, True, True, False, False]
+    for a, e in zip(actual, expected, strict=True):
+        assert a.dtype == e.dtype and torch.equal(a, e)
+
+
+class _Cache:
+    """transformers' StaticCache in miniature: allocates a tensor when first updated and tags it and its
+    length for Dynamo (thunder failed replaying the tag: `trying to set ._dynamo_static_input_type`)."""
+
+    def __init__(self):
+        self.length = torch.tensor(0)
+
+    def update(self, x):
+        self.keys = torch.zeros(3)
+        torch._dynamo.mark_static_address(self.keys)
+        torch._dynamo.mark_static_address(self.length)
+        self.length.add_(x.shape[0])
+        return x * self.length
+
+
+def test_mark_static_address_inside_jitted_code_does_nothing():
+    x = torch.randn(3)
+    eager_cache, cache = _Cache(), _Cache()
+    expected = eager_cache.update(x)
+    actual = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())(cache, x)
+    assert torch.equal(actual, expected) and torch.equal(cache.length, eager_cache.length)

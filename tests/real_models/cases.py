@@ -165,3 +165,27 @@ CASES: tuple[Case, ...] = (
 )
 
 BY_NAME = {case.name: case for case in CASES}
+
+#: the causal LMs that also run greedy ``generate()`` with a static KV cache (tests/real_models)
+GENERATORS = ("hf_llama", "hf_gpt2")
+
+
+def generator(name: str) -> torch.nn.Module:
+    """The HF model of case ``name`` for ``generate()``, in eval mode, with the KV cache on. Weights are
+    drawn 15x wider than the training cases' (``initializer_range=0.3``), so that the greedy choice of
+    every token is decided by a margin far above float32 rounding: a random-init tiny model's logits are
+    otherwise near ties, and the test would measure ulps instead of the cache and the compilations."""
+    import transformers
+
+    torch.manual_seed(0)
+    if name == "hf_llama":
+        config = transformers.LlamaConfig(**{**_DECODER, "use_cache": True}, initializer_range=0.3)
+        model = transformers.LlamaForCausalLM(config)
+    elif name == "hf_gpt2":
+        config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+                                         n_positions=64, initializer_range=0.3)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        raise ValueError(name)
+    config._attn_implementation = "sdpa"
+    return model.eval()

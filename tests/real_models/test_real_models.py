@@ -1,16 +1,18 @@
 """Models nobody here wrote, under eager, stock thunder.jit and discover(): fp32 and torchao float8 training
-(3 AdamW steps: the loss of every step, every gradient, the final weights) and inference after torchao's
-``quantize_``. Eager is the reference. The default run takes the cases in DEFAULT; THUNDERPLUG_REAL_MODELS=1
-runs every case (about 20 minutes on 2 CPU cores)."""
+(3 AdamW steps: the loss of every step, every gradient, the final weights), inference after torchao's
+``quantize_`` and greedy ``generate()`` with a static KV cache. Eager is the reference. The default run takes
+the cases in DEFAULT (float8 and quantized on fewer); THUNDERPLUG_REAL_MODELS=1 runs every case in every test
+(about 25 minutes on 2 CPU cores)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+import thunder
 import torch
 
-from tests.real_models.cases import BY_NAME, CASES
+from tests.real_models.cases import BY_NAME, CASES, GENERATORS, generator
 from tests.real_models.harness import compare, compiler, fresh, train
 
 pytest.importorskip("transformers")
@@ -18,21 +20,14 @@ pytest.importorskip("litgpt")
 
 ALL = os.environ.get("THUNDERPLUG_REAL_MODELS", "").lower() in ("1", "true", "yes", "on")
 DEFAULT = ("hf_llama", "hf_bert", "litgpt_pythia", "thunder_nanogpt")
-FP32_TOLERANCE, LOW_PRECISION_TOLERANCE = 1e-5, 1e-3
+FP32_TOLERANCE = 1e-5
 
-#: fp32 training under discover() bit-identical to eager on this branch
-BIT_IDENTICAL = {"litgpt_pythia", "thunder_nanogpt"}
-#: fp32 training under discover() further from eager than 1e-5 on this branch: thunder's backward formulas
-#: of tanh / silu / gelu differ from ATen's kernels by ulps, AdamW amplifies them (aot_eager's distance in
-#: parentheses where it is not bit-identical)
-DRIFTS = {
-    "hf_llama": "silu's backward (7.8e-5; aot_eager 1.0e-4)",
-    "hf_qwen2": "silu's backward (aot_eager 6.2e-5)",
-    "hf_mistral": "silu's backward (aot_eager 1.0e-4)",
-    "hf_gpt2": "gelu_new's tanh backward (2.9e-4; aot_eager bit-identical)",
-    "hf_bert": "gelu's backward (1.6e-5; aot_eager bit-identical)",
-    "hf_vit": "gelu's backward (3.5e-4; aot_eager bit-identical)",
-}
+#: Every case trains bit-identically to eager under discover(), fp32 and float8 (measured on this branch: hf_llama,
+#: hf_qwen2, hf_mistral, hf_gpt2, hf_bert, hf_vit, litgpt_pythia, litgpt_llama, thunder_nanogpt, thunder_llama2,
+#: thunder_litgpt; aot_eager is not bit-identical on hf_llama 1.0e-4, hf_qwen2 6.3e-5, hf_mistral 1.0e-4,
+#: litgpt_llama 1.1e-6, thunder_llama2 5.0e-6, thunder_litgpt 1.1e-6). What it took: SDPA with the boolean mask
+#: transformers builds under compilation runs eager's kernel, a no-op ``Tensor.to`` is the tensor itself (RMSNorm's
+#: gradients summed in eager's order) and convolutions run ATen's backward (ViT).
 #: stock thunder.jit on these models, as measured
 STOCK_FAILS = {
     name: "transformers' output capturing sets a global (`AssertionError: trying to set .global_var`)"
@@ -62,14 +57,10 @@ def _eager(eager_runs, name: str, prepare=lambda model: model):
 def test_fp32_training_under_discover(name, eager_runs):
     model, expected = _eager(eager_runs, name)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
-    if name in BIT_IDENTICAL:
-        assert agreement.bit_identical, agreement
-    elif name in DRIFTS and agreement.worst > FP32_TOLERANCE:
-        pytest.xfail(f"{DRIFTS[name]}: {agreement.worst:.1e} at {agreement.where}")
-    assert agreement.worst <= FP32_TOLERANCE, agreement
+    assert agreement.bit_identical, agreement
 
 
-@pytest.mark.parametrize("name", _cases(("thunder_nanogpt", "hf_llama")))
+@pytest.mark.parametrize("name", _cases(("thunder_nanogpt",)))  # hf_llama's failure: 3 minutes loaded; full run
 def test_fp32_training_under_stock_thunder(name, eager_runs):
     model, expected = _eager(eager_runs, name)
     if name in STOCK_FAILS:
@@ -96,7 +87,7 @@ def test_float8_training_under_discover(name, eager_runs):
     pytest.importorskip("torchao")
     model, expected = _eager(eager_runs, name, _float8)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
-    assert agreement.worst <= LOW_PRECISION_TOLERANCE, agreement
+    assert agreement.bit_identical, agreement  # eager's float8 casts and scaled matmuls, bit for bit
 
 
 def _quantized(config_name: str):
@@ -123,6 +114,60 @@ def test_quantized_inference_under_discover(name, config_name):
     with torch.no_grad():
         expected = model(batch)
         actual = compiler("discover")(model)(batch)
-    scale = float(expected.abs().max())
-    difference = float((actual - expected).abs().max()) / scale
-    assert difference <= LOW_PRECISION_TOLERANCE, difference
+    # bit for bit on every case and config, NaNs included: eager's own logits of hf_bert under
+    # Float8WeightOnlyConfig hold 32 NaNs (torchao's), and so do discover()'s, in the same places
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def _static_cache(model: torch.nn.Module, batch: int, length: int):
+    """A ``StaticCache`` allocated before the first call (see test_generate_with_a_static_cache_it_allocates)."""
+    from transformers import StaticCache
+
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    cache = StaticCache(config=config, max_cache_len=length)
+    head_dim = config.hidden_size // config.num_attention_heads
+    cache.early_initialization(batch_size=batch, num_heads=heads, head_dim=head_dim, dtype=torch.float32, device="cpu")
+    return cache
+
+
+PROMPT, NEW_TOKENS = 8, 16
+
+
+def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> tuple[torch.Tensor, int]:
+    """Greedy ``generate()`` of NEW_TOKENS tokens with a static KV cache, the model's forward jitted as users
+    jit it for ``generate()`` (``model.forward = thunder.jit(model.forward, ...)``: ``generate`` is a method of
+    the model that calls ``self(...)``; calling it on a ThunderModule runs the original module, uncompiled).
+    Returns the tokens and the number of compilations."""
+    ids = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    options = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, eos_token_id=None)
+    if preallocated:
+        options["cache"] = _static_cache(model, 1, PROMPT + NEW_TOKENS)
+    else:
+        options["cache_implementation"] = "static"
+    jitted = None
+    if compile_with != "eager":
+        jitted = compiler(compile_with)(model.forward)
+        model.forward = jitted
+    with torch.no_grad():
+        tokens = model.generate(ids, **options)
+    return tokens, (thunder.cache_misses(jitted) if jitted is not None else 0)
+
+
+@pytest.mark.parametrize("name", [n for n in GENERATORS if ALL or n in DEFAULT])
+def test_generate_with_a_static_cache_under_discover(name):
+    pytest.importorskip("transformers")
+    expected, _ = _generate(generator(name), "eager", preallocated=True)
+    tokens, compilations = _generate(generator(name), "discover", preallocated=True)
+    assert expected.shape[1] == PROMPT + NEW_TOKENS
+    assert torch.equal(tokens, expected)
+    assert compilations == 2, compilations  # the prompt's shape, then one token's: not one per token
+
+
+@pytest.mark.skipif(not ALL, reason="THUNDERPLUG_REAL_MODELS=1 runs it")
+@pytest.mark.xfail(strict=True, reason="KI: generate()'s tokens differ from eager when the static cache allocates "
+                   "its tensors inside the first compiled call (transformers' lazy initialization): a wrong result")
+def test_generate_with_a_static_cache_it_allocates():
+    expected, _ = _generate(generator("hf_llama"), "eager", preallocated=False)
+    tokens, _ = _generate(generator("hf_llama"), "discover", preallocated=False)
+    assert torch.equal(tokens, expected)

@@ -131,6 +131,38 @@ def _sdpa_scaled(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, scale=0.3)
 
 
+def _conv2d(x, w, b):
+    return F.conv2d(x, w, b, stride=2, padding=1)
+
+
+def _conv1d_groups(x, w):
+    return F.conv1d(x, w, None, padding=(2,), dilation=2, groups=2)
+
+
+def _conv3d(x, w, b):
+    return F.conv3d(x, w, b)
+
+
+def _sdpa_bool_mask(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _causal_mask(n: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def _padding_mask(batch: int, n: int) -> torch.Tensor:
+    """transformers' 4-D form: (batch, 1, queries, keys), the second sample's last 3 keys padded."""
+    mask = _causal_mask(n).expand(batch, 1, n, n).clone()
+    mask[1, :, :, n - 3 :] = False
+    return mask
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask as transformers 4 builds its additive one: the dtype's minimum where masked, else 0."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
 def _sdpa_strided(q, k, v):
     # q/k/v as views of (b, t, h, d) projections, the way an attention block builds them
     split = lambda y: y.transpose(1, 2)  # noqa: E731
@@ -229,8 +261,21 @@ def _cases(dtype):
             [r(2, 16, 3, 8) for _ in range(3)],
             ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"],
         ),
+        # convolutions (a ViT's patch embedding): ATen's convolution and convolution_backward
+        "conv2d": (_conv2d, [r(2, 3, 9, 9), r(4, 3, 3, 3), r(4)], CONVOLUTION),
+        "conv1d_groups": (_conv1d_groups, [r(2, 4, 11), r(6, 2, 3)], CONVOLUTION),
+        "conv3d": (_conv3d, [r(1, 2, 4, 5, 5), r(3, 2, 2, 2, 2), r(3)], CONVOLUTION),
+        # boolean masks (transformers' sdpa_mask): the kernel eager runs, fed the additive mask eager makes
+        "sdpa_bool_mask": (_sdpa_bool_mask, [*qkv, Frozen(_causal_mask(16))], SDPA_WITH_MASK),
+        "sdpa_padding_mask": (_sdpa_bool_mask, [*qkv, Frozen(_padding_mask(2, 16))], SDPA_WITH_MASK),
+        # an additive mask without grad (transformers 4's padding masks): handed to the kernel as it is
+        "sdpa_float_mask": (_sdpa_bool_mask, [*qkv, Frozen(_additive(_padding_mask(2, 16), dtype))], SDPA_WITH_MASK),
     }
 
+
+CONVOLUTION = ["eager_convolution", "eager_convolution_backward"]
+#: the trace of SDPA with a boolean mask: the additive mask built as eager's sdpa builds it, then the kernels
+SDPA_WITH_MASK = ["eager_sdpa_flash_cpu", "eager_sdpa_flash_cpu_backward"]
 
 CASE_NAMES = list(_cases(torch.float32))
 

@@ -38,6 +38,7 @@ from thunderplug.subclass.values import (
     check_subclass,
     subclass_unflatten,
 )
+from thunderplug.thunder_compat.fixes import returns_input_unchanged
 from thunderplug.trace_state import AutocastState, autocast_state
 
 
@@ -150,6 +151,8 @@ def symbol_call(original: Callable[..., Any]) -> Callable[..., Any]:
     ``torch.ops.aten.mul.Tensor(x, 2)`` and the ops grad rules emit."""
 
     def replacement(self: Symbol, *args: Any, **kwargs: Any) -> Any:
+        if active_core_executor() is not None and returns_input_unchanged(self, args, kwargs):
+            return args[0]  # eager's ``x.to(x.dtype) is x``: no copy whose gradients would be summed apart
         if has_subclass_proxy(args, kwargs) and not passes_through(self):
             core = active_core_executor()
             if core is not None and is_in_place(self, args, kwargs):

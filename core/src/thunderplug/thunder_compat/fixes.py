@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from thunder.core.codeutils import SigInfo
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
@@ -350,3 +351,44 @@ def autocast_rules_disabled() -> Iterator[None]:
         yield
     finally:
         _autocast_rules.enabled = before
+
+
+def returns_input_unchanged(symbol: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``symbol(*args, **kwargs)`` is a ``Tensor.to`` that eager answers with the tensor itself
+    (same dtype and device, no copy, no new memory format).
+
+    thunder records such a call as a ``shallow_copy``: a new tensor whose gradients are summed
+    among themselves before being added to the input's. Eager has no new tensor, so all of them go
+    to the input, summed in the order its autograd engine receives them. Transformers' RMSNorm
+    (``hidden_states.to(torch.float32)`` on float32 hidden states, used by both ``pow`` and ``mul``)
+    differed from eager by ulps in every gradient below it, 7e-5 after three AdamW steps; returning
+    the input, as eager does, makes the sums eager's.
+    """
+    import thunder.torch as ltorch
+    from thunder.core.utils import are_same_dtypes
+
+    if symbol is not ltorch.to or not args or type(args[0]) is not TensorProxy:
+        return False
+    if kwargs.get("copy", False) or kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return False
+    try:
+        device, dtype = ltorch._parse_to_device_and_dtype(
+            *args[1:3], device=kwargs.get("device"), dtype=kwargs.get("dtype")
+        )
+    except Exception:  # noqa: BLE001 - thunder's own call then reports the bad arguments
+        return False
+    a = args[0]
+    return (device is None or device == a.device) and (dtype is None or are_same_dtypes(a, dtype))
+
+
+def mark_static_address_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``torch._dynamo.mark_static_address(t)`` only tags ``t`` with an attribute that Dynamo alone reads
+    (transformers' ``StaticCache`` tags its key/value tensors and length when it allocates them, during
+    the first forward). thunder replays the attribute write onto a tensor input and fails (``trying to set
+    ._dynamo_static_input_type``); a thunder trace has no use for the tag, so the call does nothing."""
+    ours = interpreter_needs_wrap(lambda *args, **kwargs: None)
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement

@@ -103,7 +103,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "Symbol.__call__", Symbol, "__call__", interception.symbol_call, "discover() compilations",
         "a symbol called with a subclass proxy records the subclass op symbol instead (`TwoTensor.torch.mul`): "
-        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules.",
+        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules. "
+        "A `Tensor.to` that changes nothing returns the tensor itself, as in eager (thunder records a "
+        "`shallow_copy` whose gradients it sums apart: transformers' RMSNorm drifted by ulps).",
     ),
     Patch(
         "subclass aliases", update_aliases, "_get_new_alias", interception.new_alias, "discover() compilations",
@@ -352,6 +354,13 @@ PATCHES: tuple[Patch, ...] = (
         lambda original: fixes.cat_lookaside(original, _compiling_with_core), "discover() compilations",
         "thunder bug: eager `torch.cat` skips 1-D empty tensors (`torch.tensor([])`, which transformers' "
         "dynamic KV cache starts from) that lack the concatenated dimension; thunder fails on them.",
+    ),
+    Patch(
+        "mark_static_address lookaside", _LOOKASIDES, torch._dynamo.mark_static_address,
+        lambda original: fixes.mark_static_address_lookaside(original, _compiling_with_core),
+        "discover() compilations",
+        "`torch._dynamo.mark_static_address` (a tag only Dynamo reads; transformers' `StaticCache` calls it when "
+        "the first forward allocates the cache) does nothing: thunder failed replaying the tag onto a tensor input.",
     ),
     Patch(
         "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,

@@ -9,7 +9,9 @@ rounding amplifies that into 1e-4-level loss drift in a float8 transformer, wher
 runs (``aten.gelu`` / ``aten.gelu_backward``, ``native_layer_norm`` / ``native_layer_norm_backward``,
 ``_softmax`` / ``_softmax_backward_data``, ``_log_softmax`` / ``_log_softmax_backward_data``,
 ``nll_loss_forward`` / ``nll_loss_backward`` (``nll_loss2d_*`` for inputs of 3 or more dims),
-``_scaled_dot_product_flash_attention_for_cpu`` and its backward) makes those ops bit-identical
+``_scaled_dot_product_flash_attention_for_cpu`` and its backward, ``convolution`` /
+``convolution_backward`` for conv1d/2d/3d, whose gradients thunder computes as convolutions of its own
+(a ViT's patch embedding drifted 7.5e-4 in three AdamW steps)) makes those ops bit-identical
 to eager. On CPU they are also faster than the decompositions run op by op. thunder's own NLL-loss
 backward is also wrong for 3-D and 5-D+ inputs (an ``(n, c, 1, -1)`` gradient, or a shape error
 with ``reduction="none"``), which the kernels, fed the shapes ``nll_loss_nd`` feeds them, are not;
@@ -29,8 +31,11 @@ it; eager's function runs the same ATen kernel that the checker found eager pick
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
-label smoothing or probability targets, SDPA with a mask, dropout, or a shape
-eager routes to its math fallback. ``discover(exclude=["eager_kernels"])`` turns the executor off,
+label smoothing or probability targets, SDPA with a mask requiring a gradient, dropout,
+or a shape eager routes to its math fallback. SDPA with a boolean mask is claimed: eager hands the
+flash kernel that mask as an additive one (``-inf`` where False), which the trace builds the same way;
+transformers builds such masks under compilation where eager passes ``is_causal=True``, and the
+kernel gives the same bits either way. ``discover(exclude=["eager_kernels"])`` turns the executor off,
 e.g. to let a GPU fuser take these ops into its regions instead.
 """
 
@@ -147,6 +152,8 @@ class _Kernels:
         self.nll_loss_backward = op("eager_nll_loss_backward", aten.nll_loss_backward.default)
         self.nll_loss2d = op("eager_nll_loss2d_forward", aten.nll_loss2d_forward.default, differentiable=(0,))
         self.nll_loss2d_backward = op("eager_nll_loss2d_backward", aten.nll_loss2d_backward.default)
+        self.convolution = op("eager_convolution", aten.convolution.default, differentiable=(0,))
+        self.convolution_backward = op("eager_convolution_backward", aten.convolution_backward.default)
         self.sdpa = op(
             "eager_sdpa_flash_cpu", aten._scaled_dot_product_flash_attention_for_cpu.default, differentiable=(0,)
         )
@@ -184,6 +191,29 @@ class _Kernels:
         put_grad(a, ga)
         if weight is not None:
             put_grad(weight, gw)
+        if bias is not None:
+            put_grad(bias, gb)
+        return out
+
+    # conv1d / conv2d / conv3d -------------------------------------------------------------------
+
+    @staticmethod
+    def conv_checker(a: Any, /, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> bool:
+        """Batched input, numeric padding (eager routes ``"same"``/``"valid"`` and unbatched input
+        through other functions first)."""
+        return (_float(a) and _plain(weight, bias) and a.ndim == weight.ndim and not isinstance(padding, str))
+
+    def conv_grad(self, a, /, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        dims = a.ndim - 2
+        stride, padding, dilation = (_per_dim(v, dims) for v in (stride, padding, dilation))
+        out = self.convolution(a, weight, bias, stride, padding, dilation, False, [0] * dims, groups)
+        bias_sizes = list(bias.shape) if bias is not None else None
+        mask = [True, True, bias is not None]
+        ga, gw, gb = self.convolution_backward(
+            get_grad(out), a, weight, bias_sizes, stride, padding, dilation, False, [0] * dims, groups, mask
+        )
+        put_grad(a, ga)
+        put_grad(weight, gw)
         if bias is not None:
             put_grad(bias, gb)
         return out
@@ -311,22 +341,45 @@ class _Kernels:
 
     @staticmethod
     def sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None) -> bool:
-        if not all(_float(t) for t in (q, k, v)) or attn_mask is not None or dropout_p != 0.0:
+        if not all(_float(t) for t in (q, k, v)) or not _kernel_mask(attn_mask, q) or dropout_p != 0.0:
             return False
-        if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v)):
+        if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v, attn_mask) if t is not None):
             return False
-        return _eager_sdpa_backend(q, k, v, is_causal, scale) == torch.nn.attention.SDPBackend.FLASH_ATTENTION
+        backend = _eager_sdpa_backend(q, k, v, attn_mask, is_causal, scale)
+        return backend == torch.nn.attention.SDPBackend.FLASH_ATTENTION
 
     def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
-        out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, None, scale)
-        gq, gk, gv = self.sdpa_backward(get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, None, scale)
+        if attn_mask is not None and attn_mask.dtype is dtypes.bool8:  # eager's additive mask: -inf where False
+            zeros = ltorch.zeros_like(attn_mask, dtype=q.dtype)
+            attn_mask = ltorch.masked_fill(zeros, ltorch.logical_not(attn_mask), float("-inf"))
+        out, logsumexp = self.sdpa(q, k, v, dropout_p, is_causal, attn_mask, scale)
+        gq, gk, gv = self.sdpa_backward(
+            get_grad(out), q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask, scale
+        )
         for t, g in ((q, gq), (k, gk), (v, gv)):
             put_grad(t, g)
         return out
 
 
-def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
-    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes and dtypes.
+def _per_dim(value: int | Sequence[int], dims: int) -> list[int]:
+    """A convolution's ``stride``/``padding``/``dilation`` as ATen's ``convolution`` takes it: one per dim."""
+    return [int(value)] * dims if isinstance(value, int) else [int(v) for v in value]
+
+
+def _kernel_mask(mask: Any, q: Any) -> bool:
+    """No mask, or one of 2 or 4 dims (the layouts the CPU flash kernel reads) that gets no gradient:
+    boolean (transformers 5's ``sdpa_mask``; eager converts it to an additive float mask) or additive in
+    the query's dtype without ``requires_grad`` (transformers 4's padding masks). Masks requiring a
+    gradient stay thunder's."""
+    if mask is None:
+        return True
+    if type(mask) is not TensorProxy or mask.ndim not in (2, 4):
+        return False
+    return mask.dtype is dtypes.bool8 or (mask.dtype == q.dtype and not mask.requires_grad)
+
+
+def _eager_sdpa_backend(q, k, v, attn_mask, is_causal: bool, scale: float | None) -> Any:
+    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes, dtypes and mask.
 
     Asked of torch itself, on stand-ins that share one row of storage (shape and dtype are what
     the CPU choice reads; the last dim is kept unit-stride, as the flash kernel requires).
@@ -337,7 +390,10 @@ def _eager_sdpa_backend(q, k, v, is_causal: bool, scale: float | None) -> Any:
         row = torch.empty(shape[-1] if shape else 1, dtype=dtypes.to_torch_dtype(t.dtype))
         return row.as_strided(shape, (0,) * (len(shape) - 1) + (1,)) if shape else row[0]
 
-    choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), is_causal=is_causal, scale=scale)
+    mask = stand_in(attn_mask) if attn_mask is not None else None
+    choice = torch._fused_sdp_choice(
+        stand_in(q), stand_in(k), stand_in(v), attn_mask=mask, is_causal=is_causal, scale=scale
+    )
     return torch.nn.attention.SDPBackend(choice)
 
 
@@ -350,6 +406,9 @@ _RULES: dict[Any, tuple[str, str | None, str]] = {
     ltorch.cross_entropy: ("cross_entropy_checker", None, "cross_entropy_grad"),
     ltorch.nll_loss: ("nll_loss_checker", "nll_loss_execute", "nll_loss_grad"),
     ltorch.scaled_dot_product_attention: ("sdpa_checker", None, "sdpa_grad"),
+    ltorch.conv1d: ("conv_checker", None, "conv_grad"),
+    ltorch.conv2d: ("conv_checker", None, "conv_grad"),
+    ltorch.conv3d: ("conv_checker", None, "conv_grad"),
 }
 
 #: ltorch symbol -> the eager function its operator calls without grad (name, module), as thunder's
@@ -361,6 +420,9 @@ _INFERENCE: dict[Any, tuple[str, Any]] = {
     ltorch.log_softmax: ("log_softmax", torch.nn.functional),
     ltorch.cross_entropy: ("cross_entropy", torch.nn.functional),
     ltorch.scaled_dot_product_attention: ("scaled_dot_product_attention", torch.nn.functional),
+    ltorch.conv1d: ("conv1d", torch.nn.functional),
+    ltorch.conv2d: ("conv2d", torch.nn.functional),
+    ltorch.conv3d: ("conv3d", torch.nn.functional),
 }
 
 
