@@ -52,11 +52,28 @@ def test_five_sgd_steps_match_eager(recipe, bias, path):
         torch.testing.assert_close(q, p, atol=1e-4, rtol=1e-4)
 
 
-def test_rowwise_is_not_supported_on_cpu_by_torch_itself():
-    """torch 2.9.1's CPU _scaled_mm supports only per-tensor scales: eager fails the same way."""
-    model = float8.convert_to_float8_training(mlp(True), config=float8.Float8LinearConfig.from_recipe_name("rowwise"))
-    with pytest.raises(RuntimeError, match="per-tensor scaling"):
-        model(torch.randn(16, 32))
+def test_rowwise_under_discover_as_in_eager():
+    """torch 2.9.1's CPU _scaled_mm supports only per-tensor scales, so eager fails and discover()
+    must fail the same way; torch 2.12 supports rowwise scales on the CPU, and then discover()'s
+    forward and backward must equal eager's."""
+    config = float8.Float8LinearConfig.from_recipe_name("rowwise")
+    torch.manual_seed(0)
+    model = float8.convert_to_float8_training(mlp(True), config=config)
+    compiled_model = copy.deepcopy(model)
+    x = torch.randn(16, 32)
+    try:
+        expected = model(x)
+    except RuntimeError as error:
+        assert "per-tensor scaling" in str(error)
+        with pytest.raises(RuntimeError, match="per-tensor scaling"):
+            thunder.jit(compiled_model, executors=thunderplug.discover())(x)
+        return
+    actual = thunder.jit(compiled_model, executors=thunderplug.discover())(x)
+    torch.testing.assert_close(actual, expected, atol=0, rtol=0)
+    expected.sum().backward()
+    actual.sum().backward()
+    for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=0, rtol=0, msg=name)
 
 
 def test_float8_plugin_traces_torchaos_function_whole():

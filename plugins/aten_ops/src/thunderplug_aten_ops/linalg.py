@@ -36,14 +36,17 @@ _FP8_OUT = (dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dt
 
 
 def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
-    """ATen's CPU path: fp32 upcast times per-tensor scales, matmul, + bias, / scale_result (fp8 outputs only)."""
+    """ATen's CPU path: fp32 upcast, matmul, times the scales, + bias, / scale_result (fp8 outputs only).
+    Per-tensor scales are one element each; rowwise scales (``[M, 1]`` and ``[1, N]``) broadcast. Which
+    scales the CPU kernel accepts is ATen's to say when the op runs (torch 2.9 only per-tensor ones)."""
     utils.check(
         a.ndim == 2 and b.ndim == 2, lambda: f"Inputs must be 2D but got self.dim()={a.ndim} and mat2.dim()={b.ndim}"
     )
     out_dtype = a.dtype if out_dtype is None else dtypes.to_dtype(out_dtype)
 
     def scalar(scale):
-        return clang.maybe_convert_to_dtype(ltorch.reshape(scale, [1, 1]), dtypes.float32)
+        scale = ltorch.reshape(scale, [1, 1]) if scale.numel == 1 else scale
+        return clang.maybe_convert_to_dtype(scale, dtypes.float32)
 
     result = prims.matmul(
         clang.maybe_convert_to_dtype(a, dtypes.float32), clang.maybe_convert_to_dtype(b, dtypes.float32)
