@@ -273,3 +273,24 @@ def test_thunderplug_explain_shows_the_regions_and_their_reuse_counts(tmp_path, 
     assert regions.count("runs the compilation of region blocks.0") == 2
     for name in ("tok", "pos", "ln_f", "head"):
         assert f"== region {name} " in out
+
+
+class Experts(nn.Module):
+    """A block whose own blocks repeat (a mixture of experts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleList(Block() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(expert(x) for expert in self.experts)
+
+
+def test_a_region_compiles_whole():
+    torch.manual_seed(0)
+    model = nn.Sequential(Experts(), Experts())
+    jitted = jit(model)
+    x = x8().requires_grad_()  # as the second one's input: both run one compilation
+    torch.testing.assert_close(jitted(x), copy.deepcopy(model)(x), rtol=0, atol=0)
+    assert misses(jitted) == {"0": 1, "1": 0}
+    assert all(compiled_regions(region) == {} for region in compiled_regions(jitted).values())

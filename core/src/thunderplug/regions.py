@@ -211,7 +211,7 @@ class Regions:
                 "fully_shard blocks: its regions are jitted one by one, and thunder transforms are applied to "
                 "one ThunderModule each; jit the blocks yourself to use transforms (docs/distributed.md)"
             )
-        options = jit_options(compile_data)
+        options = {**jit_options(compile_data), OPTION: False}  # a region compiles whole: one level of regions
         self.slots = slots
         kept = {id(s.module): earlier.compiled[s.path] for s in earlier.slots} if earlier is not None else {}
         self.compiled = {
