@@ -31,7 +31,8 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   eagerly, as does a module holding no parameters outside the blocks. This applies only when the
   module's structure can be shared (``reuse.jit_options_of``: no thunder transforms, the default
   cache option) and the compile option :data:`OPTION` is not ``False``; otherwise the model
-  compiles whole, as before.
+  compiles whole, as before. Blocks whose attributes differ by value (transformers' ``layer_idx``)
+  are different structures (a trace may read them): no block repeats, the model compiles whole.
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
@@ -215,7 +216,8 @@ class Regions:
         self.slots = slots
         kept = {id(s.module): earlier.compiled[s.path] for s in earlier.slots} if earlier is not None else {}
         self.compiled = {
-            slot.path: kept.get(id(slot.module)) or thunder.jit(slot.module, **options) for slot in self.slots
+            slot.path: kept[id(slot.module)] if id(slot.module) in kept else thunder.jit(slot.module, **options)
+            for slot in self.slots
         }
         self._lock = threading.Lock()
         self._calls = 0  # calls running with the regions installed (threads, re-entrant calls)
@@ -287,7 +289,8 @@ def regional_forward(
 
 def _plan(model: torch.nn.Module, compile_data: Any, earlier: Regions | str | None) -> Regions | str:
     """The regions of ``model`` (keeping the compiled regions of ``earlier`` whose module stayed), or
-    :data:`_WHOLE`: repeated blocks only, no blocks repeat, or their compilations could not be shared."""
+    :data:`_WHOLE` when it compiles whole: no block repeats, :data:`OPTION` is ``False``, or the blocks'
+    compilations could not be shared (DDP and FSDP2 models always get their regions)."""
     distributed = needs_regions(model)
     if not distributed and (
         compile_data.compile_options.get(OPTION, True) is False or reuse.jit_options_of(compile_data) is None
