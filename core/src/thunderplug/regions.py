@@ -22,16 +22,16 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
 * otherwise, when the model has *repeated blocks* (:func:`repeated_blocks`: two or more children
   of one ``ModuleList``/``Sequential`` with one :func:`thunderplug.reuse.structure_of`, each a
   module of its own forward with submodules, or a module whose forward carries torch's
-  ``torch.compiler.nested_compile_region`` marker): each block is a region, and so is every other
-  module holding parameters that contains no block (the embeddings, final norm and head of a
-  GPT), descending through the modules that contain blocks. Blocks of one structure share one
-  compilation (:mod:`thunderplug.reuse`): thunder 0.2.6 inlines a whole model into one trace, so
-  without regions a 16-layer model traces, transforms and claims 16 copies of its block. The
-  root's own code (and that of the modules containing blocks: loops, residuals, the loss) runs
-  eagerly, as does a module holding no parameters outside the blocks. This applies only when the
-  module's structure can be shared (``reuse.jit_options_of``: no thunder transforms, the default
-  cache option) and the compile option :data:`OPTION` is not ``False``; otherwise the model
-  compiles whole, as before. Blocks whose attributes differ by value (transformers' ``layer_idx``)
+  ``torch.compiler.nested_compile_region`` marker): each block is a region, and blocks of one
+  structure share one compilation (:mod:`thunderplug.reuse`): thunder 0.2.6 inlines a whole model
+  into one trace, so without regions a 16-layer model traces, transforms and claims 16 copies of
+  its block. Everything outside the blocks runs eagerly, as under torchtitan's per-block
+  ``torch.compile``: the root's own code (loops, residuals, the loss) and its other modules (a
+  GPT's embeddings, final norm and head: compiling them as regions of their own cost the float8
+  GPT about 1.7 s of its first call for under 1% of its step, ``docs/benchmarks.md``). This
+  applies only when the module's structure can be shared (``reuse.jit_options_of``: no thunder
+  transforms, the default cache option) and the compile option :data:`OPTION` is not ``False``;
+  otherwise the model compiles whole, as before. Blocks whose attributes differ by value (transformers' ``layer_idx``)
   are different structures (a trace may read them): no block repeats, the model compiles whole.
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
@@ -51,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,20 +113,18 @@ def _is_block(module: torch.nn.Module) -> bool:
 
 
 def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules below ``root`` compiled as shared regions, in tree order: in each
-    ``ModuleList``/``Sequential``, every block (:func:`_is_block`) whose structure at least one
-    sibling has; and every module marked with ``torch.compiler.nested_compile_region``."""
+    """The modules below ``root`` compiled as regions, in tree order: every block (:func:`_is_block`)
+    of each ``ModuleList``/``Sequential`` where two blocks have one structure (a block that differs
+    compiles its own), and every module marked with ``torch.compiler.nested_compile_region``."""
     found: dict[int, torch.nn.Module] = {}
     for module in root.modules():
         if module is not root and _marked(module):
             found[id(module)] = module
         if not isinstance(module, _CONTAINERS):
             continue
-        groups: dict[Hashable, list[torch.nn.Module]] = {}
-        for child in module._modules.values():
-            if child is not None and _is_block(child):
-                groups.setdefault(reuse.structure_of(child), []).append(child)
-        found.update((id(c), c) for members in groups.values() if len(members) > 1 for c in members)
+        blocks = [child for child in module._modules.values() if child is not None and _is_block(child)]
+        if len({reuse.structure_of(child) for child in blocks}) < len(blocks):
+            found.update((id(child), child) for child in blocks)
     return [m for m in root.modules() if id(m) in found]
 
 
@@ -177,8 +175,8 @@ def region_slots(root: torch.nn.Module) -> list[Slot]:
 
 
 def block_slots(root: torch.nn.Module) -> list[Slot]:
-    """Each repeated block, and each module holding parameters that contains no block, descending
-    through the modules that contain blocks; none when no block repeats."""
+    """Each repeated block, descending through the modules that contain blocks; none when no block
+    repeats."""
     blocks = {id(m) for m in repeated_blocks(root)}
     if not blocks:
         return []
@@ -195,9 +193,7 @@ def block_slots(root: torch.nn.Module) -> list[Slot]:
     def verdict(module: torch.nn.Module) -> str:
         if id(module) in blocks:
             return "region"
-        if id(module) in above:
-            return "descend"
-        return "region" if any(True for _ in module.parameters()) else "skip"
+        return "descend" if id(module) in above else "skip"
 
     return _slots(root, verdict)
 
