@@ -20,8 +20,10 @@ variants alike. A cell measures:
 Variants: fp8 eager; ``torch.compile(model, backend="aot_eager")``; ``torch.compile(block,
 backend="aot_eager")`` on each block (torchtitan's ``apply_compile``: Dynamo reuses one graph for
 all blocks); plain ``thunder.jit(model)`` (fp32: stock thunder cannot run the fp8 model);
-``thunder.jit(model, executors=thunderplug.discover())``; ``thunder.jit(block, executors=...)`` on
-each block; fp32 eager (plain thunder's reference).
+``thunder.jit(model, executors=thunderplug.discover())`` (its repeated blocks compiled once, as
+regions: ``thunderplug.regions``); the same with ``thunderplug_regions=False`` (the whole model in one
+trace, as before regions); ``thunder.jit(block, executors=...)`` on each block; fp32 eager (plain
+thunder's reference).
 
 ``--write-docs`` replaces the marked section of ``docs/benchmarks.md`` with this run's tables;
 ``--quick`` is the smoke run the tests use (a tiny model, 2 and 3 layers, 2 steps).
@@ -50,6 +52,7 @@ LABELS = {
     "aot-eager-blocks": 'torch.compile(block, backend="aot_eager") on each block',
     "thunder": "thunder.jit(model), fp32 (stock executors)",
     "thunderplug": "thunder.jit(model, executors=discover())",
+    "thunderplug-whole": "thunder.jit(model, executors=discover(), thunderplug_regions=False)",
     "thunderplug-blocks": "thunder.jit(block, executors=discover()) on each block",
     "fp32-eager": "fp32 eager",
 }
@@ -78,6 +81,8 @@ def prepare(variant: str, model):
     executors = thunderplug.discover(quiet=True)
     if variant == "thunderplug":
         return thunder.jit(model, executors=executors), model
+    if variant == "thunderplug-whole":
+        return thunder.jit(model, executors=executors, thunderplug_regions=False), model
     for index, block in enumerate(model.blocks):
         model.blocks[index] = (torch.compile(block, backend="aot_eager") if variant == "aot-eager-blocks"
                                else thunder.jit(block, executors=executors))

@@ -85,14 +85,19 @@ def _assert_same_training(actual, expected, *, exact: bool, what: str):
             assert compare(a[name], e[name]), f"{what}: step {step} grad of {name} differs by {diff:.3g}"
 
 
-@pytest.mark.parametrize("layers", [2, 4])  # issue 14: 5 steps at 2 and 4 layers
-def test_float8_gpt_trains_bit_identical_to_eager_float8(layers):
+# issue 14: 5 steps at 2 and 4 layers; the blocks compiled as shared regions (issue 26) and, at 2
+# layers, the whole model in one trace
+@pytest.mark.parametrize("layers, regions", [(2, True), (4, True), (2, False)], ids=["2", "4", "2-whole"])
+def test_float8_gpt_trains_bit_identical_to_eager_float8(layers, regions):
+    from thunderplug.regions import compiled_regions
+
     model, tokens, targets = gpt_model.build(dataclasses.replace(CONFIG, layers=layers))
     eager = gpt_model.to_float8(copy.deepcopy(model))
     ours = gpt_model.to_float8(copy.deepcopy(model))
-    jitted = thunder.jit(ours, executors=thunderplug.discover())
+    jitted = thunder.jit(ours, executors=thunderplug.discover(), thunderplug_regions=regions)
     expected = _train(eager, eager, tokens, targets)
     actual = _train(jitted, ours, tokens, targets)
+    assert bool(compiled_regions(jitted)) == regions
     assert len(actual[1][0]) == len(list(ours.parameters()))  # every parameter got a gradient
     _assert_same_training(actual, expected, exact=True, what="fp8 GPT under discover()")
 

@@ -72,8 +72,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    """Run a script as ``__main__``, whatever way it ends, then explain every function it compiled."""
-    from thunderplug.explain import LEGEND, explain, format_rows, format_summary, sharing, summarize
+    """Run a script as ``__main__``, whatever way it ends, then explain every function it compiled.
+    A function compiled as regions (``thunderplug.regions``: a model's repeated blocks, DDP, FSDP2)
+    lists its regions and which of them ran another one's compilation, then explains each region
+    that compiled (all of them with ``--all``)."""
+    from thunderplug.explain import LEGEND, explain, summarize
+    from thunderplug.regions import compiled_regions
     from thunderplug.thunder_compat.patches import recording_jitted_functions
 
     exit_code, error = 0, None
@@ -89,54 +93,112 @@ def _explain(args: argparse.Namespace) -> int:
             traceback.print_exc()
         finally:
             sys.argv = argv
-    compiled = [fn for fn in jitted_functions if _was_compiled(fn)]
-    shares = [sharing(fn) for fn in compiled]
-    owners = {share.owner: index for index, share in enumerate(shares) if share is not None and share.own}
+    regions_of = {
+        id(fn): {path: region for path, region in compiled_regions(fn).items() if _was_compiled(region)}
+        for fn in jitted_functions
+    }
+    inside = {id(region) for regions in regions_of.values() for region in regions.values()}
+    compiled = [fn for fn in jitted_functions if _was_compiled(fn) and id(fn) not in inside]
+    names = _compilation_names(compiled, regions_of)
+    shares = [_share(fn) for fn in compiled]
     ending = f"raised {error}" if error else f"exited with code {exit_code}"
     adopters = sum(share is not None and not share.own for share in shares)
     reusing = f" ({adopters} of them ran the compilation of a module of the same structure)" if adopters else ""
     if args.json:
+        def entry(fn: Any, **fields: Any) -> dict[str, Any]:
+            share = _share(fn)
+            rows = _rows(explain, fn)
+            return {
+                **fields,
+                "shared": None if share is None else {
+                    **asdict(share), "owner_index": _index_of(owner := names.get(share.owner)), "owner_name": owner
+                },
+                "summary": [asdict(t) for t in summarize(rows)],
+                "rows": [asdict(r) for r in rows],
+                "notes": _notes(fn, rows, every_claim=True),
+            }
+
         functions = []
         for index, fn in enumerate(compiled):
-            rows = _rows(explain, fn)
-            functions.append(
-                {
-                    "index": index,
-                    "name": _name(fn),
-                    "shared": None if shares[index] is None else {
-                        **asdict(shares[index]), "owner_index": owners.get(shares[index].owner)
-                    },
-                    "summary": [asdict(t) for t in summarize(rows)],
-                    "rows": [asdict(r) for r in rows],
-                    "notes": _notes(fn, rows, every_claim=True),
-                }
-            )
+            regions = regions_of[id(fn)]
+            if regions:
+                functions.append({"index": index, "name": _name(fn), "regions": [
+                    entry(region, path=path, name=_name(region)) for path, region in regions.items()
+                ]})
+            else:
+                functions.append(entry(fn, index=index, name=_name(fn)))
         report = {"script": args.script, "exit_code": exit_code, "error": error, "functions": functions}
         print(json.dumps(report, indent=2))
         return exit_code or (0 if compiled else 1)
     print(f"thunderplug explain: {args.script} {ending}; {len(compiled)} thunder.jit function(s) compiled{reusing}")
     for index, fn in enumerate(compiled):
         print(f"\n== thunder.jit function {index}: {_name(fn)} ==")
-        share = shares[index]
-        if share is not None:
-            owner = owners.get(share.owner)
-            print(share.line(None if owner is None else f"function {owner}"))
-            if not share.own and owner is not None and not args.all:
-                continue  # its summary is function {owner}'s
-        rows = _rows(explain, fn)
-        print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
-        notes = _notes(fn, rows, every_claim=args.all)
-        if notes:
-            print("\nnotes:")
-            print("\n".join(f"  {note}" for note in notes))
-        if args.all:
-            print()
-            print(format_rows(rows))
+        regions = regions_of[id(fn)]
+        if not regions:
+            _explain_one(fn, shares[index], names, args)
+            continue
+        print(f"compiled as {len(regions)} regions (the code around them runs eagerly):")
+        width = max(len(path) for path in regions)
+        for path, region in regions.items():
+            share = _share(region)
+            line = "compiled here" if share is None else share.line(names.get(share.owner), "regions")
+            print(f"  {path:<{width}}  {_name(region)}: {line}")
+        for path, region in regions.items():
+            share = _share(region)
+            if share is not None and not share.own and share.owner in names and not args.all:
+                continue  # its summary is its owner's
+            print(f"\n== region {path} ({_name(region)}) of function {index} ==")
+            _explain_one(region, None, names, args)
     if compiled:
         print(f"\n{LEGEND}")
     if compiled and not args.all:
         print("\n(--all lists every op of every trace; --json prints all of it as JSON)")
     return exit_code or (0 if compiled else 1)
+
+
+def _share(fn: Any) -> Any:
+    from thunderplug.explain import sharing
+
+    return sharing(fn)
+
+
+def _compilation_names(compiled: list[Any], regions_of: dict[int, dict[str, Any]]) -> dict[str, str]:
+    """How ``explain`` names the owner of each shared compilation: "function 3" or "region blocks.0"
+    (of function 3, when it is another function's)."""
+    names: dict[str, str] = {}
+    for index, fn in enumerate(compiled):
+        for path, region in regions_of[id(fn)].items():
+            share = _share(region)
+            if share is not None and share.own:
+                names[share.owner] = f"region {path}" + (f" of function {index}" if len(compiled) > 1 else "")
+        share = _share(fn)
+        if share is not None and share.own:
+            names[share.owner] = f"function {index}"
+    return names
+
+
+def _index_of(name: str | None) -> int | None:
+    return int(name.split()[1]) if name is not None and name.startswith("function ") else None
+
+
+def _explain_one(fn: Any, share: Any, names: dict[str, str], args: argparse.Namespace) -> None:
+    """The summary of one compiled function or region (with its sharing line when ``share``)."""
+    from thunderplug.explain import explain, format_rows, format_summary
+
+    if share is not None:
+        owner = names.get(share.owner)
+        print(share.line(owner))
+        if not share.own and owner is not None and not args.all:
+            return  # its summary is its owner's
+    rows = _rows(explain, fn)
+    print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
+    notes = _notes(fn, rows, every_claim=args.all)
+    if notes:
+        print("\nnotes:")
+        print("\n".join(f"  {note}" for note in notes))
+    if args.all:
+        print()
+        print(format_rows(rows))
 
 
 def _rows(explain: Any, fn: Any) -> list[Any]:

@@ -23,7 +23,8 @@ collective's output, so it stays after it) with torch's own autograd.
 
 Also here: FSDP2's hooks of a ``fully_shard``-then-jit block run eagerly around the compiled call
 (:func:`hoist_fsdp_hooks`); ``thunder.jit`` of DDP or of a module with ``fully_shard`` blocks compiles
-them region by region (:mod:`thunderplug.regions`, wired into ThunderModule's ``__init__`` here);
+them region by region, as ``thunder.jit`` of a model with repeated blocks (:mod:`thunderplug.regions`,
+wired into ThunderModule's ``__init__`` here);
 DTensor's API (``from_local``, ``to_local``, ``redistribute``, ``distribute_tensor``) becomes ops
 of the generic subclass core instead of thunder's DTensorProxy symbols (:func:`dtensor_lookasides`);
 profiler ranges are dropped (:func:`profiler_range_lookasides`).
@@ -148,9 +149,9 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
     """``ThunderModule.__init__`` that gives the new module :class:`LiveParameters` (read through
     in ``discover()`` compilations) and moves FSDP2's forward hooks onto it (:func:`hoist_fsdp_hooks`;
     then the parameters are read through whatever the executors: the captured ones are sharded).
-    A DDP module or one with ``fully_shard`` blocks gets a forward that, in ``discover()``
-    compilations, compiles it region by region (:func:`thunderplug.regions.regional_forward`), and
-    DDP's ``no_sync``."""
+    A DDP module, one with ``fully_shard`` blocks or one that may have repeated blocks gets a forward
+    that, in ``discover()`` compilations, compiles it region by region where that applies
+    (:func:`thunderplug.regions.regional_forward`); DDP also gets DDP's ``no_sync``."""
 
     def replacement(self: torch.nn.Module, model: torch.nn.Module, compiled_model_call: Any) -> None:
         original(self, model, compiled_model_call)
@@ -159,7 +160,7 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
         replace_thunder_module_parameters(
             self, lambda captured: LiveParameters(model, captured, _always if hoisted else by_thunderplug)
         )
-        if regions.needs_regions(model):
+        if regions.may_have_regions(model):
             self._forward_fn = regions.regional_forward(self, model, compiled_model_call, by_thunderplug)
             if (ddp_no_sync := regions.ddp_no_sync(model)) is not None:
                 self.no_sync = _either(ddp_no_sync, self.no_sync, by_thunderplug)

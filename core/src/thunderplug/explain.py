@@ -8,7 +8,8 @@ Two stages are shown for the last compilation of ``jitted``:
 
 Declines come from the claims' checkers (their reason strings). A module that ran another module's
 compilation (``thunderplug.reuse``: blocks of one structure compile once) is explained by that
-compilation's record; :func:`sharing` says whose it is and how many modules run it.
+compilation's record; :func:`sharing` says whose it is and how many modules run it. A module
+compiled as regions (``thunderplug.regions``) is explained by its regions' rows, in tree order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderplug.compilation import CompilationRecord, record_of
+from thunderplug.regions import compiled_regions
 from thunderplug.reuse import SharedCompilation, shared_compilation_of
 from thunderplug.specs import Stage, priority_ahead_of
 from thunderplug.subclass.values import is_subclass_op
@@ -57,6 +59,9 @@ def explain(jitted: Any) -> list[Row]:
     """Rows for the last compilation of a ``thunder.jit`` function or module."""
     import thunder
 
+    regions = compiled_regions(jitted)
+    if regions:  # compiled as regions (thunderplug.regions): what each ran, in tree order
+        return [row for region in regions.values() if thunder.last_traces(region) for row in explain(region)]
     traces = thunder.last_traces(jitted)
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
@@ -216,8 +221,8 @@ class Sharing:
     own: bool  # whether that is this module
     reuses: int  # how many other modules run it
 
-    def line(self, name_of_owner: str | None = None) -> str:
-        users = f"{self.reuses} other module{'s' if self.reuses != 1 else ''}"
+    def line(self, name_of_owner: str | None = None, what: str = "modules") -> str:
+        users = f"{self.reuses} other {what if self.reuses != 1 else what[:-1]}"
         if self.own:
             return f"compiled here; run by {users} of the same structure without compiling"
         return f"runs the compilation of {name_of_owner or self.owner} (shared with {users}): no compilation of its own"

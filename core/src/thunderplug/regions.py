@@ -1,4 +1,5 @@
-"""Regional compilation: ``thunder.jit`` of a module that torch.distributed drives from outside.
+"""Regional compilation: ``thunder.jit`` of a module that torch.distributed drives from outside,
+or whose repeated blocks should compile once.
 
 ``thunder.jit(DDP(model))`` and ``thunder.jit(root)`` where ``fully_shard`` was applied to blocks
 inside ``root`` put torch.distributed's hooks *inside* the traced program: DDP's forward (bucket
@@ -17,11 +18,28 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   when it holds parameters directly. Each region's backward is its own autograd node, so its
   parameters' gradients are ready when it ends and DDP's reducer all-reduces their bucket while
   the backward of the regions before it still runs (the overlap Dynamo's DDPOptimizer gets by
-  splitting the graph at bucket boundaries); ``no_sync()`` is DDP's own.
+  splitting the graph at bucket boundaries); ``no_sync()`` is DDP's own;
+* otherwise, when the model has *repeated blocks* (:func:`repeated_blocks`: two or more children
+  of one ``ModuleList``/``Sequential`` with one :func:`thunderplug.reuse.structure_of`, each a
+  module of its own forward with submodules, or a module whose forward carries torch's
+  ``torch.compiler.nested_compile_region`` marker): each block is a region, and blocks of one
+  structure share one compilation (:mod:`thunderplug.reuse`): thunder 0.2.6 inlines a whole model
+  into one trace, so without regions a 16-layer model traces, transforms and claims 16 copies of
+  its block. Everything outside the blocks runs eagerly, as under torchtitan's per-block
+  ``torch.compile``: the root's own code (loops, residuals, the loss) and its other modules (a
+  GPT's embeddings, final norm and head: compiling them as regions of their own cost the float8
+  GPT about 1.7 s of its first call for under 1% of its step, ``docs/benchmarks.md``). This
+  applies only when the module's structure can be shared (``reuse.jit_options_of``: no thunder
+  transforms, the default cache option) and the compile option :data:`OPTION` is not ``False``;
+  otherwise the model compiles whole, as before. Blocks whose attributes differ by value (transformers' ``layer_idx``)
+  are different structures (a trace may read them): no block repeats, the model compiles whole.
 
-The object ``thunder.jit`` returns stays a ``ThunderModule`` of the root (its parameters, buffers
-and state_dict are the root's, under the root's names); during its forward each region's slot in
-its parent module holds the region's ThunderModule, and the module tree is restored afterwards.
+The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
+no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
+stays a ``ThunderModule`` of the root (its parameters, buffers and state_dict are the root's, under
+the root's names); during its forward each region's slot in its parent module holds the region's
+ThunderModule (the first call in, of any thread, puts them there, the last one out restores the
+module tree).
 ``thunder.last_traces(root)`` lists the last execution trace of each region (in tree order),
 ``last_backward_traces`` their backward traces; :func:`compiled_regions` gives the regions'
 ThunderModules by name. Stock ``thunder.jit`` of the same modules is left as it is (DDP: thunder's
@@ -31,6 +49,7 @@ refusal).
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,9 +58,15 @@ from typing import Any
 import thunder
 import torch
 
+from thunderplug import reuse
 from thunderplug.thunder_compat import jit_options, set_last_traces
 
 _REGIONS = "_thunderplug_regions"
+_WHOLE = "whole"  # stored under _REGIONS: the model compiles whole (no regions worth having)
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential)
+#: ``thunder.jit(model, executors=discover(), thunderplug_regions=False)``: a model with repeated
+#: blocks compiles whole, into one trace (DDP and FSDP2 regions are not optional: they are what works)
+OPTION = "thunderplug_regions"
 
 
 @dataclass(frozen=True)
@@ -69,6 +94,40 @@ def needs_regions(module: torch.nn.Module) -> bool:
     return _is_ddp(module) or any(unit is not module for unit in _fsdp_units(module))
 
 
+def may_have_regions(module: torch.nn.Module) -> bool:
+    """Whether :func:`regional_forward` is worth installing: :func:`needs_regions`, or a
+    ``ModuleList``/``Sequential`` or a marked module in the tree (whether its blocks repeat is
+    decided at the first call, when the module is as it will be trained)."""
+    return needs_regions(module) or any(isinstance(m, _CONTAINERS) or _marked(m) for m in module.modules())
+
+
+def _marked(module: torch.nn.Module) -> bool:
+    """``torch.compiler.nested_compile_region`` on the module's forward (on its class or the instance)."""
+    return hasattr(module.forward, "__marked_compile_region_fn__")
+
+
+def _is_block(module: torch.nn.Module) -> bool:
+    """A module of its own forward made of submodules (a transformer block), not a leaf layer such
+    as ``Linear`` (a ``Sequential`` of equal ``Linear`` layers is no stack of blocks)."""
+    return type(module).forward is not torch.nn.Module.forward and any(True for _ in module.children())
+
+
+def repeated_blocks(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules below ``root`` compiled as regions, in tree order: every block (:func:`_is_block`)
+    of each ``ModuleList``/``Sequential`` where two blocks have one structure (a block that differs
+    compiles its own), and every module marked with ``torch.compiler.nested_compile_region``."""
+    found: dict[int, torch.nn.Module] = {}
+    for module in root.modules():
+        if module is not root and _marked(module):
+            found[id(module)] = module
+        if not isinstance(module, _CONTAINERS):
+            continue
+        blocks = [child for child in module._modules.values() if child is not None and _is_block(child)]
+        if len({reuse.structure_of(child) for child in blocks}) < len(blocks):
+            found.update((id(child), child) for child in blocks)
+    return [m for m in root.modules() if id(m) in found]
+
+
 def _slots(root: torch.nn.Module, accept: Callable[[torch.nn.Module], str]) -> list[Slot]:
     """Pre-order slots below ``root``; ``accept(module)`` says "region", "descend" or "skip"."""
     found: list[Slot] = []
@@ -89,7 +148,9 @@ def _slots(root: torch.nn.Module, accept: Callable[[torch.nn.Module], str]) -> l
 
 
 def region_slots(root: torch.nn.Module) -> list[Slot]:
-    """The regions of ``root`` (DDP or a module with FSDP2 units below it), as described above."""
+    """The regions of ``root``, as described above (none: compile it whole)."""
+    if not needs_regions(root):
+        return block_slots(root)
     if _is_ddp(root):
         inner = root.module
         if any(True for _ in inner.parameters(recurse=False)):
@@ -113,29 +174,73 @@ def region_slots(root: torch.nn.Module) -> list[Slot]:
     return _slots(root, sharded)
 
 
+def block_slots(root: torch.nn.Module) -> list[Slot]:
+    """Each repeated block, descending through the modules that contain blocks; none when no block
+    repeats."""
+    blocks = {id(m) for m in repeated_blocks(root)}
+    if not blocks:
+        return []
+    above: set[int] = set()  # modules with a block below them
+
+    def mark(module: torch.nn.Module) -> bool:
+        below = [mark(child) for child in module.children()]
+        if any(below):
+            above.add(id(module))
+        return id(module) in blocks or any(below)
+
+    mark(root)
+
+    def verdict(module: torch.nn.Module) -> str:
+        if id(module) in blocks:
+            return "region"
+        return "descend" if id(module) in above else "skip"
+
+    return _slots(root, verdict)
+
+
 class Regions:
     """The compiled regions of one root and how to put them in their slots for a call."""
 
-    def __init__(self, root: torch.nn.Module, compile_data: Any):
+    def __init__(self, root: torch.nn.Module, compile_data: Any, slots: list[Slot], earlier: Regions | None = None):
         if compile_data.transforms:
             raise NotImplementedError(
                 "thunder.jit(..., transforms=...) of a DistributedDataParallel module or of a module with "
                 "fully_shard blocks: its regions are jitted one by one, and thunder transforms are applied to "
                 "one ThunderModule each; jit the blocks yourself to use transforms (docs/distributed.md)"
             )
-        options = jit_options(compile_data)
-        self.slots = region_slots(root)
-        self.compiled = {slot.path: thunder.jit(slot.module, **options) for slot in self.slots}
+        options = {**jit_options(compile_data), OPTION: False}  # a region compiles whole: one level of regions
+        self.slots = slots
+        kept = {id(s.module): earlier.compiled[s.path] for s in earlier.slots} if earlier is not None else {}
+        self.compiled = {
+            slot.path: kept[id(slot.module)] if id(slot.module) in kept else thunder.jit(slot.module, **options)
+            for slot in self.slots
+        }
+        self._lock = threading.Lock()
+        self._calls = 0  # calls running with the regions installed (threads, re-entrant calls)
+
+    def stale(self) -> bool:
+        """A slot holds neither its module nor its region (installed by a call running in another
+        thread): the user replaced a block since the regions were made."""
+        held = [(slot.parent._modules.get(slot.name), slot) for slot in self.slots]
+        return any(now is not slot.module and now is not self.compiled[slot.path] for now, slot in held)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        for slot in self.slots:
-            slot.parent._modules[slot.name] = self.compiled[slot.path]
+        """The regions in their slots while a call runs; the first call in puts them there, the last
+        one out puts the modules back (a thread must not restore them under another's running call)."""
+        with self._lock:
+            if self._calls == 0:
+                for slot in self.slots:
+                    slot.parent._modules[slot.name] = self.compiled[slot.path]
+            self._calls += 1
         try:
             yield
         finally:
-            for slot in self.slots:
-                slot.parent._modules[slot.name] = slot.module
+            with self._lock:
+                self._calls -= 1
+                if self._calls == 0:
+                    for slot in self.slots:
+                        slot.parent._modules[slot.name] = slot.module
 
     def record_traces(self, root_compiled: Any) -> None:
         stats = [thunder.compile_stats(c) for c in self.compiled.values()]
@@ -156,15 +261,20 @@ def regional_forward(
     ``discover()`` compilations, ``model`` runs eagerly with its regions compiled; otherwise thunder's
     ``compiled_call`` (stock behaviour)."""
     module_ref = weakref.ref(thunder_module)
+    lock = threading.Lock()
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         this = module_ref()
         if this is None or not by_thunderplug():
             return compiled_call(*args, **kwargs)
         regions = this.__dict__.get(_REGIONS)
-        if regions is None:
-            regions = Regions(model, thunder.compile_data(this))
-            this.__dict__[_REGIONS] = regions
+        if regions is None or (regions is not _WHOLE and regions.stale()):
+            with lock:
+                regions = this.__dict__.get(_REGIONS)
+                if regions is None or (regions is not _WHOLE and regions.stale()):
+                    regions = this.__dict__[_REGIONS] = _plan(model, thunder.compile_data(this), regions)
+        if regions is _WHOLE:
+            return compiled_call(*args, **kwargs)
         with regions.installed():
             result = model(*args, **kwargs)
         regions.record_traces(this)
@@ -173,11 +283,26 @@ def regional_forward(
     return forward
 
 
+def _plan(model: torch.nn.Module, compile_data: Any, earlier: Regions | str | None) -> Regions | str:
+    """The regions of ``model`` (keeping the compiled regions of ``earlier`` whose module stayed), or
+    :data:`_WHOLE` when it compiles whole: no block repeats, :data:`OPTION` is ``False``, or the blocks'
+    compilations could not be shared (DDP and FSDP2 models always get their regions)."""
+    distributed = needs_regions(model)
+    if not distributed and (
+        compile_data.compile_options.get(OPTION, True) is False or reuse.jit_options_of(compile_data) is None
+    ):
+        return _WHOLE
+    slots = region_slots(model)
+    if not slots:
+        return _WHOLE
+    return Regions(model, compile_data, slots, earlier if isinstance(earlier, Regions) else None)
+
+
 def compiled_regions(compiled: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """``qualified name -> ThunderModule`` of the regions of ``thunder.jit(root, executors=discover())``
     (empty before its first call, or when the root was compiled whole)."""
     regions = compiled.__dict__.get(_REGIONS)
-    return dict(regions.compiled) if regions is not None else {}
+    return dict(regions.compiled) if isinstance(regions, Regions) else {}
 
 
 def ddp_no_sync(model: torch.nn.Module) -> Callable[[], Any] | None:

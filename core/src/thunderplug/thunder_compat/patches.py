@@ -167,7 +167,8 @@ PATCHES: tuple[Patch, ...] = (
         "the module. `thunder.jit(fully_shard(block))` fails tracing FSDP2's hooks: they are moved onto the "
         "ThunderModule and run eagerly, as under torch.compile. `thunder.jit(DDP(model))` and `thunder.jit(root)` "
         "with `fully_shard` blocks inside (stock: refused / fails tracing the hooks) run the root eagerly with each "
-        "block compiled as a region (thunderplug.regions).",
+        "block compiled as a region (thunderplug.regions); so does `thunder.jit(model)` of a model with repeated "
+        "blocks (stock: every block traced and compiled again), whose blocks of one structure share one compilation.",
     ),
     Patch(
         "TensorProxy.dtype lookaside", _LOOKASIDES, TensorProxy.dtype.fget, interception.dtype_property,

@@ -1,0 +1,295 @@
+"""``thunder.jit(model, executors=discover())`` of a model with repeated blocks compiles a block once
+(issue 26, ``thunderplug.regions``): the blocks are compiled regions, blocks of one structure share
+one compilation, everything else runs eagerly.
+Every result is checked against eager: losses, outputs and every gradient bit-identical."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pathlib
+import sys
+import threading
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import thunderplug
+from thunderplug.regions import compiled_regions
+from thunderplug.reuse import shared_compilation_of
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpt_model  # noqa: E402
+
+CONFIG = gpt_model.GPTConfig(layers=3, d_model=32, heads=2, seq=8, batch=2, vocab=32)
+
+
+@pytest.fixture(autouse=True)
+def no_structures_of_other_tests():
+    """Modules of earlier tests, garbage but not yet collected, would share their compilations."""
+    gc.collect()
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
+def jit(module: nn.Module, **options) -> nn.Module:
+    return thunder.jit(module, executors=thunderplug.discover(quiet=True), **options)
+
+
+def misses(jitted: nn.Module) -> dict[str, int]:
+    """Compilations per region: 0 for a region that ran another one's compilation."""
+    return {path: thunder.cache_misses(region) for path, region in compiled_regions(jitted).items()}
+
+
+def train_like_eager(model: nn.Module, *inputs: torch.Tensor, steps: int = 3, **options) -> nn.Module:
+    """``steps`` AdamW steps of ``jit(model)`` and of an eager copy: every loss and every gradient
+    bit-identical; the jitted model."""
+    eager = copy.deepcopy(model)
+    jitted = jit(model, **options)
+    ours, theirs = torch.optim.AdamW(jitted.parameters(), lr=1e-2), torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    for step in range(steps):
+        ours.zero_grad(set_to_none=True)
+        theirs.zero_grad(set_to_none=True)
+        loss, expected = jitted(*inputs), eager(*inputs)
+        assert torch.equal(loss, expected), f"step {step}: {loss.item()!r} != eager {expected.item()!r}"
+        assert loss.requires_grad and expected.requires_grad
+        loss.backward()
+        expected.backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters(), strict=True):
+            assert (p.grad is None) == (q.grad is None), name
+            assert q.grad is None or torch.equal(p.grad, q.grad), f"step {step}: grad of {name}"
+        ours.step()
+        theirs.step()
+    return jitted
+
+
+@pytest.mark.parametrize("float8", [True, False], ids=["float8", "fp32"])
+def test_gpt_blocks_compile_once_and_train_bit_identical_to_eager(float8):
+    model, tokens, targets = gpt_model.build(CONFIG)
+    if float8:
+        model = gpt_model.to_float8(model)
+    jitted = train_like_eager(model, tokens, targets)
+    assert misses(jitted) == {"blocks.0": 1, "blocks.1": 0, "blocks.2": 0}
+    shared = shared_compilation_of(compiled_regions(jitted)["blocks.0"])
+    assert shared is not None and shared.reuses == 2
+    # the ThunderModule is the model's: its parameters and state_dict under the model's names, and
+    # the model's own modules back in their places after each call
+    assert [n for n, _ in jitted.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert list(jitted.state_dict()) == list(model.state_dict())
+    assert all(type(b) is gpt_model.Block for b in model.blocks)
+
+
+def test_the_whole_model_in_one_trace_when_asked():
+    model, tokens, targets = gpt_model.build(CONFIG)
+    jitted = train_like_eager(model, tokens, targets, steps=1, thunderplug_regions=False)
+    assert compiled_regions(jitted) == {} and thunder.cache_misses(jitted) == 1
+
+
+def test_stock_thunder_still_compiles_the_whole_model():
+    model, tokens, targets = gpt_model.build(CONFIG)
+    jitted = thunder.jit(model)
+    jitted(tokens, targets)
+    assert compiled_regions(jitted) == {} and thunder.cache_misses(jitted) == 1
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, d)
+        self.act = F.gelu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.fc(self.norm(x)))
+
+
+class Stack(nn.Module):
+    def __init__(self, n: int = 3, d: int = 8):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(d, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(n))
+        self.scale = nn.Parameter(torch.rand(d))  # the root's own parameter, used by its eager code
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return (x * self.scale).square().mean()
+
+
+def x8() -> torch.Tensor:
+    return torch.randn(2, 3, 8)
+
+
+def test_a_block_that_differs_compiles_its_own():
+    model = Stack(4)
+    model.blocks[1].act = F.relu
+    model.blocks[3].fc = nn.Linear(8, 8, bias=False)
+    jitted = train_like_eager(model, x8())
+    assert misses(jitted) == {"blocks.0": 1, "blocks.1": 1, "blocks.2": 0, "blocks.3": 1}
+    regions = compiled_regions(jitted)
+    assert shared_compilation_of(regions["blocks.2"]) is shared_compilation_of(regions["blocks.0"])
+
+
+def test_layers_that_are_no_blocks_compile_whole():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU())
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    x = x8()
+    torch.testing.assert_close(jitted(x), eager(x), rtol=0, atol=0)
+    assert compiled_regions(jitted) == {} and thunder.cache_misses(jitted) == 1
+
+
+def test_a_sequential_of_blocks_is_its_own_root():
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block())
+    x = torch.randn(2, 8, requires_grad=True)
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    out, expected = jitted(x), eager(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert misses(jitted) == {"0": 1, "1": 0}
+
+
+def test_no_grad_and_outputs_as_eager():
+    model = Stack()
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    x = x8()
+    with torch.no_grad():
+        out, expected = jitted(x), eager(x)
+    assert torch.equal(out, expected) and not out.requires_grad
+    out, expected = jitted(x), eager(x)  # with grad: a compilation of its own per region
+    assert torch.equal(out, expected) and out.requires_grad
+    assert misses(jitted)["blocks.1"] == 0 and misses(jitted)["blocks.2"] == 0
+
+
+def test_hooks_run_as_in_eager():
+    model = Stack()
+    model.blocks[1].register_forward_hook(lambda module, args, out: out * 2)  # its own structure then
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    jitted = train_like_eager(model, x8(), steps=2)
+    assert len(calls) == 4  # the root's hook runs at every call, eager's and ours
+    assert misses(jitted) == {"blocks.0": 1, "blocks.1": 1, "blocks.2": 0}
+
+
+def test_a_block_replaced_after_the_first_call_is_compiled_in_its_place():
+    model = Stack()
+    jitted = jit(model)
+    x = x8()
+    jitted(x)
+    torch.manual_seed(1)
+    model.blocks[2] = Block()
+    torch.testing.assert_close(jitted(x), copy.deepcopy(model)(x), rtol=0, atol=0)
+    assert compiled_regions(jitted)["blocks.2"]._model is model.blocks[2]
+    assert type(model.blocks[2]) is Block
+
+
+class Marked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @torch.compiler.nested_compile_region
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).sin()
+
+
+def test_nested_compile_region_marks_a_region():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), Marked(), nn.Linear(8, 8), Marked())  # the Linear layers run eagerly
+    x = torch.randn(4, 8, requires_grad=True)
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    out, expected = jitted(x), eager(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert misses(jitted) == {"1": 1, "3": 0}
+
+
+def test_calls_from_threads_match_eager():
+    model = Stack(4)
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    inputs = [x8() for _ in range(4)]
+    results: dict[int, torch.Tensor] = {}
+
+    def run(i: int) -> None:
+        results[i] = jitted(inputs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(inputs):
+        torch.testing.assert_close(results[i], eager(x), rtol=0, atol=0)
+    assert all(type(b) is Block for b in model.blocks)
+    # thunder compiles a function called in several threads at once in each of them (blocks.0, up
+    # to 4 times); every thread has offered its blocks.0 before it calls blocks.1
+    assert [misses(jitted)[f"blocks.{i}"] for i in (1, 2, 3)] == [0, 0, 0]
+
+
+def test_quantized_blocks_share_and_match_eager():
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    model = Stack()
+    quantize_(model, Int8WeightOnlyConfig())
+    eager = copy.deepcopy(model)
+    jitted = jit(model)
+    x = x8()
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(x), eager(x), rtol=0, atol=0)
+    assert misses(jitted) == {"blocks.0": 1, "blocks.1": 0, "blocks.2": 0}
+
+
+EXPLAINED = '''
+import sys, torch, thunder, thunderplug
+sys.path.insert(0, {benchmarks!r})
+import gpt_model
+
+model, tokens, targets = gpt_model.build(gpt_model.GPTConfig(layers=3, d_model=32, heads=2, seq=8, batch=2, vocab=32))
+thunder.jit(model, executors=thunderplug.discover(quiet=True))(tokens, targets).backward()
+'''
+
+
+def test_thunderplug_explain_shows_the_regions_and_their_reuse_counts(tmp_path, capsys):
+    from thunderplug.cli import main
+
+    script = tmp_path / "gpt.py"
+    script.write_text(EXPLAINED.format(benchmarks=str(pathlib.Path(gpt_model.__file__).parent)))
+    assert main(["explain", str(script)]) == 0
+    out = capsys.readouterr().out
+    assert "1 thunder.jit function(s) compiled\n" in out
+    assert "compiled as 3 regions (the code around them runs eagerly)" in out
+    regions = out.split("== thunder.jit function 0: GPT ==", 1)[1].split("\n\n", 1)[0]
+    assert "blocks.0  Block" in regions and "compiled here; run by 2 other regions" in regions
+    for name in ("blocks.1", "blocks.2"):
+        assert f"{name}  Block" in regions
+    assert regions.count("runs the compilation of region blocks.0") == 2
+    assert "== region blocks.0 (Block) of function 0 ==" in out and "== region blocks.1" not in out
+
+
+class Experts(nn.Module):
+    """A block whose own blocks repeat (a mixture of experts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleList(Block() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(expert(x) for expert in self.experts)
+
+
+def test_a_region_compiles_whole():
+    torch.manual_seed(0)
+    model = nn.Sequential(Experts(), Experts())
+    jitted = jit(model)
+    x = x8().requires_grad_()  # as the second one's input: both run one compilation
+    torch.testing.assert_close(jitted(x), copy.deepcopy(model)(x), rtol=0, atol=0)
+    assert misses(jitted) == {"0": 1, "1": 0}
+    assert all(compiled_regions(region) == {} for region in compiled_regions(jitted).values())
