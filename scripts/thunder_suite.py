@@ -6,6 +6,8 @@ thunderplug's executors injected into every ``thunder.jit``; outcomes compared p
     python scripts/thunder_suite.py --slice full          # the CPU slice of issue 23 (about an hour)
     python scripts/thunder_suite.py --slice full --write-docs   # and docs/thunder_suite.md
     THUNDER_SUITE=full python -m pytest tests/test_thunder_suite.py   # the full slice as a test
+    python scripts/thunder_suite.py --slice full --run-mode stock --work W/stock   # one mode per process
+    python scripts/thunder_suite.py --slice full --records W/stock W/patches W/discover --write-docs
 
 How each mode runs is in ``scripts/thunder_suite_plugin.py`` (a pytest plugin loaded into thunder's
 test session). A *regression* is a test that passes stock and does not pass in a thunderplug mode;
@@ -297,7 +299,7 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
         "",
         f"Slice `{slice_name}`: {len(results['stock'])} tests; {timing}.",
         "",
-        "The patches active outside `discover()` compilations (\"always\" in docs/patches.md), which the",
+        'The patches active outside `discover()` compilations ("always" in docs/patches.md), which the',
         f"**patches** mode checks: {', '.join(f'`{name}`' for name in always_active_patches())}.",
         "",
         "| " + " | ".join(header) + " |",
@@ -344,16 +346,20 @@ def pick_bounded(results: dict[str, dict[str, dict]], seconds: float) -> list[st
     return picked
 
 
+def slice_ids(tests: Path, work: Path, slice_name: str) -> list[str]:
+    """The ids of a slice: the full one collected from thunder's files, the bounded one from its list."""
+    if slice_name == "full":
+        return [i for i in collect(tests, work, list(FULL_FILES)) if in_full_slice(i)]
+    return [line for line in BOUNDED_IDS.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 def run(slice_name: str, modes: list[str], timeout: float, work: Path) -> tuple[dict, list[Comparison], float]:
     tests = thunder_tests_dir()
     work.mkdir(parents=True, exist_ok=True)
     for log in work.glob("*.log"):
         log.unlink()
     started = time.monotonic()
-    if slice_name == "full":
-        ids = [i for i in collect(tests, work, list(FULL_FILES)) if in_full_slice(i)]
-    else:
-        ids = [line for line in BOUNDED_IDS.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    ids = slice_ids(tests, work, slice_name)
     results = {mode: run_mode(tests, work, mode, ids, timeout) for mode in ["stock", *modes]}
     comparisons = [compare(results["stock"], results[mode], mode) for mode in modes]
     wall = time.monotonic() - started
@@ -371,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-results", type=Path, default=None, help="report a finished run's results.json")
     parser.add_argument("--records", type=Path, nargs="+", default=None, help="report the record files in DIRS")
     parser.add_argument(
+        "--run-mode", choices=MODES, default=None,
+        help="run only this mode of the slice into --work (no report): one process per mode, then --records",
+    )  # fmt: skip
+    parser.add_argument(
         "--pick-bounded", type=float, default=None, metavar="SECONDS",
         help=f"with --from-results of a full run: write {BOUNDED_IDS.name}, a sample taking about SECONDS per mode",
     )  # fmt: skip
@@ -378,6 +388,18 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES[1:] for m in modes):
         parser.error(f"--modes takes {', '.join(MODES[1:])}")
+    if args.run_mode is not None:  # one mode alone, e.g. the three in parallel processes
+        if args.work is None:
+            parser.error("--run-mode needs --work")
+        args.work.mkdir(parents=True, exist_ok=True)
+        tests = thunder_tests_dir()
+        ids = slice_ids(tests, args.work, args.slice)
+        outcomes = run_mode(tests, args.work, args.run_mode, ids, args.timeout)
+        print(
+            f"{args.run_mode}: "
+            + ", ".join(f"{n} {k}" for k, n in Counter(r["outcome"] for r in outcomes.values()).most_common())
+        )
+        return 0
     if args.records:  # modes run separately
         results = from_records(args.records, ("stock", *modes))
         slice_size = len(results["stock"])
