@@ -93,7 +93,7 @@ def in_full_slice(test_id: str) -> bool:
     return file in FULL_FILES
 
 
-#: The 13 tests issue 23 found regressed under discover() (all in the bounded slice), by cause:
+#: The tests issue 23 found regressed under discover() (all in the bounded slice), by cause:
 ONCE_REGRESSED = (
     # 1. outputs marked non-differentiable that eager differentiates (output_grads)
     "test_core.py::test_set_grad_enabled[False-False-True-2-False]",
@@ -113,6 +113,9 @@ ONCE_REGRESSED = (
     "test_core.py::test_torch_scaled_dot_product_attention_non_decomposed_torch_cpu_None",
     # 5. discover() added its executors to thunder's registry (also with executors unchanged)
     "test_extend.py::test_get_all_executors_includes_all_native_executors",
+    # 6. broadcast_grads read the expanded operand's gradient with get_grad (thunder.core.transforms.grad)
+    "test_grad.py::test_phantom_grad_vs_torch_consistency_add_torch_cpu_thunder.dtypes.float32",
+    "test_grad.py::test_phantom_grad_vs_torch_consistency_mul_torch_cpu_thunder.dtypes.float32",
 )
 
 
