@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records:  # modes run separately
         results = from_records(args.records, ("stock", *modes))
         slice_size = len(results["stock"])
+        in_slice = Counter(i.split("::", 1)[0] for i in results["stock"])
         finished = [i for i in results["stock"] if all(r[i]["outcome"] != "not run" for r in results.values())]
         results = {mode: {i: outcomes[i] for i in finished} for mode, outcomes in results.items()}
         comparisons = [compare(results["stock"], results[mode], mode) for mode in results if mode != "stock"]
@@ -415,6 +416,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if len(finished) < slice_size:
             timing += f"; **partial**: the {len(finished)} of the slice's {slice_size} tests that had run in every mode"
+            run_so_far = Counter(i.split("::", 1)[0] for i in finished)
+            timing += (
+                " (files not complete: "
+                + ", ".join(
+                    f"{file} {run_so_far[file]} of {n}" for file, n in sorted(in_slice.items()) if run_so_far[file] < n
+                )
+                + ")"
+            )
         work = args.records[0]
     elif args.from_results is not None:  # the report (and document) of a finished run
         saved = json.loads(args.from_results.read_text())
