@@ -31,6 +31,7 @@ from thunder.core.prims import PrimIDs, get_grad, put_grad
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_iter
 from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import get_tracectx
 from thunder.core.transforms import augmented_forward_impls, backward_impls
 from thunder.extend import Executor, ImplInfo
 
@@ -111,6 +112,29 @@ def _upstream_joint(prim_id: PrimIDs) -> Callable[..., Any] | None:
     return None
 
 
+def _take_put_grads(scope: list[BoundSymbol], start: int, proxy: TensorProxy) -> TensorProxy | None:
+    """The cotangent thunder's rule put for ``proxy`` (summed if put more than once), with those
+    ``put_grad`` symbols removed from ``scope[start:]``.
+
+    Why not ``get_grad(proxy)``: ``thunder.core.transforms.grad``/``vjp`` split a rule into forward
+    and backward (``core/vjp_utils.py:make_aug_forward_and_backward``) by connecting only the
+    ``put_grad`` of the rule's inputs and the ``get_grad`` of its outputs; a ``get_grad`` of the
+    expanded operand, an intermediate, became a value the forward was asked to return but never
+    computed (``KeyError: 't5'`` in thunder's test_phantom_grad_vs_torch_consistency_add)."""
+    puts = [
+        j
+        for j in range(start, len(scope))
+        if scope[j].sym.id == PrimIDs.PUT_GRAD and getattr(scope[j].args[0], "name", None) == proxy.name
+    ]
+    cotangents = [scope[j].args[1] for j in puts]
+    for j in reversed(puts):
+        del scope[j]
+    total = cotangents[0] if cotangents else None
+    for cotangent in cotangents[1:]:
+        total = ltorch.add(total, cotangent)
+    return total
+
+
 def _make_grad_transform(prim_id: PrimIDs, upstream: Callable[..., Any]) -> Callable[..., Any]:
     @langctx(Languages.TORCH)
     def grad_transform(*args: Any, **kwargs: Any) -> Any:
@@ -122,12 +146,15 @@ def _make_grad_transform(prim_id: PrimIDs, upstream: Callable[..., Any]) -> Call
             if operand.device != target.device:  # a CPU scalar next to a CUDA tensor
                 operand = prims.device_put(operand, target.device)
             expanded[i] = prims.broadcast_in_dim(operand, tuple(target.shape), ())
+        scope = get_tracectx().peek_scope()
+        start = len(scope)
         result = upstream(*expanded, **kwargs)
         for i in positions:
             operand = args[i]
-            if not dtypes.is_inexact_dtype(operand.dtype):
+            cotangent = _take_put_grads(scope, start, expanded[i])
+            if cotangent is None or not dtypes.is_inexact_dtype(operand.dtype):
                 continue
-            grad = ltorch.sum(get_grad(expanded[i]))
+            grad = ltorch.sum(cotangent)
             if grad.device != operand.device:
                 grad = prims.device_put(grad, operand.device)
             put_grad(operand, grad)
