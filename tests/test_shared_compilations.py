@@ -5,6 +5,7 @@ trace depends on compiles its own. Every result is checked against eager, forwar
 from __future__ import annotations
 
 import copy
+import enum
 import gc
 import pathlib
 import sys
@@ -175,18 +176,74 @@ def _training(m: Block) -> None:
     m.eval()
 
 
+class Read(Block):
+    """A block whose forward also reads a string, a complex number, a dtype, ``None``, an enum and
+    whether it is training: the strings, numbers and bools the prologue checks, the others only the
+    structure key covers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode, self.phase, self.dtype, self.cap, self.side = "sum", 1j, torch.float32, None, Side.LEFT
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x).to(self.dtype) * abs(self.phase)
+        y = y.sum(-1, keepdim=True) + y if self.mode == "sum" else y.amax(-1, keepdim=True) + y
+        y = y if self.cap is None else y.clamp(max=self.cap)
+        y = y * 2 if self.training else y  # as dropout and batch norm read it
+        return -y if self.side is Side.LEFT else y
+
+
+class Side(enum.Enum):
+    LEFT = 1
+    RIGHT = 2
+
+
+def _str(m: Block) -> None:
+    m.mode = "max"
+
+
+def _complex(m: Block) -> None:
+    m.phase = 2j
+
+
+def _dtype(m: Block) -> None:
+    m.dtype = torch.float64
+
+
+def _none(m: Block) -> None:
+    m.cap = 0.5
+
+
+def _enum(m: Block) -> None:
+    m.side = Side.RIGHT
+
+
 CHANGES = [_param_shape, _param_dtype, _requires_grad, _buffer_dtype, _buffer_shape, _int, _float, _bool, _function,
-           _submodule, _submodule_attribute, _tied, _training]
+           _submodule, _submodule_attribute, _tied, _training, _str, _complex, _dtype, _none, _enum]
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__.strip("_") for c in CHANGES])
 def test_a_block_that_differs_compiles_its_own(change):
-    modules = blocks(3)
+    torch.manual_seed(0)
+    modules = [Read() for _ in range(3)]
     change(modules[1])
     jitted = run_all(modules, x8())
     assert [thunder.cache_misses(j) for j in jitted][1:] == [1, 0]  # the first may run an earlier test's
     assert shared_compilation_of(jitted[1]) is not shared_compilation_of(jitted[0])
     assert shared_compilation_of(jitted[2]) is shared_compilation_of(jitted[0])
+
+
+def test_attributes_the_forward_does_not_read_may_differ():
+    """transformers' ``layer_idx`` and litgpt's ``block_idx``: numbers and strings each block keeps but
+    its forward does not read (transformers reads ``layer_idx`` only with a KV cache), on the block
+    and on a submodule whose parameters the forward reads."""
+    modules = blocks(3)
+    for i, m in enumerate(modules):
+        m.index, m.name, m.fc.index = i, f"block {i}", i / 2
+    modules[2].fc.eval()  # a Linear does not read whether it is training
+    jitted = run_all(modules, x8())
+    assert [thunder.cache_misses(j) for j in jitted][1:] == [0, 0]
+    assert all(shared_compilation_of(j) is shared_compilation_of(jitted[0]) for j in jitted)
 
 
 @pytest.mark.parametrize(

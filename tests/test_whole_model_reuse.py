@@ -82,6 +82,51 @@ def test_gpt_blocks_compile_once_and_train_bit_identical_to_eager(float8):
     assert all(type(b) is gpt_model.Block for b in model.blocks)
 
 
+@pytest.mark.parametrize("name", ["hf_llama", "litgpt_llama"])
+def test_transformers_and_litgpt_blocks_compile_once(name):
+    """Their blocks keep their index (transformers' ``layer_idx``, litgpt's ``block_idx``), which the
+    forward reads only with a KV cache: one compilation for all blocks, trained bit-identically."""
+    pytest.importorskip("transformers" if name.startswith("hf") else "litgpt")
+    from tests.real_models.cases import BY_NAME
+
+    case = BY_NAME[name]
+    model = case.build()
+    layers = "model.model.layers" if name.startswith("hf") else "model.transformer.h"
+    assert [getattr(b.self_attn if name.startswith("hf") else b.attn, "layer_idx" if name.startswith("hf") else
+            "block_idx") for b in model.get_submodule(layers)] == [0, 1]
+    jitted = train_like_eager(model, case.batch())
+    assert misses(jitted) == {f"{layers}.0": 1, f"{layers}.1": 0}
+
+
+class Indexed(nn.Module):
+    """A block whose forward reads its index."""
+
+    def __init__(self, index: int, d: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x).roll(self.index, -1)
+
+
+def test_a_block_whose_forward_reads_another_index_compiles_its_own():
+    torch.manual_seed(0)
+    model = nn.Sequential(Indexed(1), Indexed(2), Indexed(1))
+    jitted = train_like_eager(Loss(model), x8())
+    assert misses(jitted) == {"model.0": 1, "model.1": 1, "model.2": 0}
+
+
+class Loss(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)  # every block's input requires grad
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.inp(x)).square().mean()
+
+
 def test_the_whole_model_in_one_trace_when_asked():
     model, tokens, targets = gpt_model.build(CONFIG)
     jitted = train_like_eager(model, tokens, targets, steps=1, thunderplug_regions=False)

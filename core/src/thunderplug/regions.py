@@ -31,8 +31,10 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   GPT about 1.7 s of its first call for under 1% of its step, ``docs/benchmarks.md``). This
   applies only when the module's structure can be shared (``reuse.jit_options_of``: no thunder
   transforms, the default cache option) and the compile option :data:`OPTION` is not ``False``;
-  otherwise the model compiles whole, as before. Blocks whose attributes differ by value (transformers' ``layer_idx``)
-  are different structures (a trace may read them): no block repeats, the model compiles whole.
+  otherwise the model compiles whole, as before. Blocks that keep their index without reading it
+  (transformers' ``layer_idx``, litgpt's ``block_idx``) are of one structure (numbers and strings count
+  by type: the prologue checks the values the program reads); a block whose forward reads another
+  value compiles its own.
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns

@@ -5,11 +5,13 @@ per block. thunder traces a module's parameters as inputs its prologue fetches
 (``module.get_parameter(name)``), so two blocks of one structure get the same computation and
 backward: only the prologue's module differs. A block's first compilation is offered here under its
 :func:`structure_of` key; a block of the same structure first tries those compilations' prologues,
-rebound to its own module (thunderplug's ``thunder_compat.speedups.shared_compilations``): their
-guards (every input's, parameter's and subclass's metadata, every number the program read from the
-module, grad and autocast modes) decide, exactly as for the block's own cache entries, and the key
-covers what a prologue does not check (the modules' classes, so their code, every other attribute's
-value, aliasing between parameters, the jit options).
+rebound to its own module (thunderplug's ``thunder_compat.sharing.shared_compilations``): their
+guards (every input's, parameter's and subclass's metadata, every number and string the program read
+from the module, grad and autocast modes) decide, exactly as for the block's own cache entries, and the key
+covers what a prologue does not check (the modules' classes, so their code, the values of attributes
+the prologue does not check, aliasing between parameters, the jit options). Attributes that differ
+between blocks but are not read by their forward (transformers' ``layer_idx``, litgpt's
+``block_idx``) thus do not keep the blocks from sharing.
 
 Nothing here is keyed by names that repeat: keys are whole structures, and the registry holds
 each group only while a jitted module that offered or adopted one of its compilations lives.
@@ -51,6 +53,13 @@ _STATE_DICT_HOOKS = frozenset(
 _COMPOSABLE_STATE = "__composable_api_"
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
           torch.memory_format, enum.Enum)
+#: a module's own attributes of these exact types count by their type only: thunder's prologue
+#: checks the value of each one the program reads (``check_number_type_and_value``,
+#: ``check_string_value``, under the default cache option), so a block whose forward reads another
+#: value fails the guard and compiles its own, and one that never reads it (transformers'
+#: ``layer_idx``, read only with a KV cache; litgpt's ``block_idx``) shares. Values of other types
+#: (``None``, dtypes, enums, ... read without a check) and values inside containers still count.
+_GUARDED = (bool, int, float, complex, str)
 
 
 class Identity:
@@ -122,9 +131,10 @@ def group_for(key: Hashable) -> SharedGroup:
 
 def structure_of(module: torch.nn.Module) -> Hashable:
     """What a module's trace depends on besides what its prologue checks, as one hashable key:
-    per submodule (in order) its name and class, every attribute's value (plain values by value,
-    frozen dataclasses and containers field by field, anything else by identity; but the state of
-    torch's composable APIs and the state-dict hooks), its hooks (a module with hooks is its own
+    per submodule (in order) its name and class, every attribute's value (numbers and strings by
+    their type only: the prologue checks the values the program reads, :data:`_GUARDED`; other plain
+    values by value, frozen dataclasses and containers field by field, anything else by identity; but
+    the state of torch's composable APIs and the state-dict hooks), its hooks (a module with hooks is its own
     structure), and its parameters' and buffers' types, shapes, dtypes,
     devices, strides, requires_grad, and which of them are the same tensor or share storage."""
     seen: dict[int, int] = {}  # id(module) -> index: a submodule used twice is one node
@@ -140,7 +150,7 @@ def structure_of(module: torch.nn.Module) -> Hashable:
         state = m.__dict__
         hooked = any(state.get(name) for name in _HOOK_TABLES)
         attrs = tuple(
-            (name, _types_of(value) if name.startswith(_COMPOSABLE_STATE) else _value_key(value, _DEPTH, seen))
+            (name, _attribute_key(name, value, seen))
             for name, value in state.items()
             if name not in _MODULE_TABLES and name not in _HOOK_TABLES and name not in _STATE_DICT_HOOKS
         )
@@ -154,6 +164,14 @@ def structure_of(module: torch.nn.Module) -> Hashable:
 
     visit(module)
     return tuple(nodes)
+
+
+def _attribute_key(name: str, value: Any, modules: dict[int, int]) -> Hashable:
+    if name.startswith(_COMPOSABLE_STATE):
+        return _types_of(value)
+    if type(value) in _GUARDED:
+        return type(value)
+    return _value_key(value, _DEPTH, modules)
 
 
 def _tensor_key(t: torch.Tensor | None, tensors: dict[int, int], storages: dict[Any, int]) -> Hashable:

@@ -275,6 +275,15 @@ PATCHES: tuple[Patch, ...] = (
         "entries, and a miss compiles as before.",
     ),
     Patch(
+        "Module.__getattr__ lookaside", _LOOKASIDES, torch.nn.Module.__getattr__,
+        sharing.module_getattr_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        "torch's `nn.Module.__getattr__` (a submodule, parameter or buffer read as an attribute) asks "
+        "`\"_parameters\" in self.__dict__`, for which thunder's interpreter tracks every item of the module's "
+        "`__dict__`: the prologue then checks every number and string attribute of the module, read or not (a "
+        "`Linear`'s `in_features`, transformers' `layer_idx`), and blocks that differ only there cannot share a "
+        "compilation. The tables are read by subscript, which tracks only what it reads; the rest is torch's code.",
+    ),
+    Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
         lambda original: speedups.remove_noop_subsymbols(
             original, lambda: active_core_executor() is not None, aten.is_registered_symbol

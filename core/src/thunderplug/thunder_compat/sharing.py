@@ -15,6 +15,13 @@ runs those prologues like its own: their guards decide, a miss compiles as befor
 
 A compilation is not offered when its generated functions hold a module or a tensor (a value of
 the module baked into the code) or its epilogue, computation or backward read the module.
+
+The prologue checks each number and string the program read from a module, and only those
+(:func:`module_getattr_lookaside`): thunder's interpreter ran ``nn.Module.__getattr__``'s
+``"_parameters" in self.__dict__``, which tracks every item of the module's ``__dict__`` and so
+proxifies, and guards, every number and string attribute of every module whose submodule or
+parameter the program reads (a ``Linear``'s ``in_features``, transformers' ``layer_idx``, litgpt's
+``block_idx``): blocks that differ only there could never run one compilation.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import threading
 import types
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from thunderplug import reuse
 from thunderplug.compilation import record_for
@@ -160,3 +169,50 @@ def _bound(prologue: Any, module: Any) -> Any:
 
 def _name(module: Any) -> str:
     return f"{type(module).__qualname__} at {id(module):#x}"
+
+
+def module_getattr_lookaside(interpret: Callable[..., Any], active: Callable[[], bool]) -> Callable[[Any], Callable]:
+    """A lookaside for ``torch.nn.Module.__getattr__`` (a submodule, parameter or buffer read as an
+    attribute): in discover() compilations :func:`_module_getattr`, otherwise torch's own code,
+    interpreted as before."""
+    original = torch.nn.Module.__getattr__
+    # the same code as another function object, which has no lookaside: thunder interprets it as before
+    unlooked = types.FunctionType(original.__code__, original.__globals__, original.__name__,
+                                  original.__defaults__, original.__closure__)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            return interpret(_module_getattr if active() else unlooked, *args, **kwargs)
+
+        return lookaside
+
+    return make
+
+
+def _module_getattr(self: torch.nn.Module, name: str) -> Any:
+    """torch's ``nn.Module.__getattr__``, interpreted by thunder, with each table read by subscript:
+    torch asks ``"_parameters" in self.__dict__``, for which thunder tracks (so proxifies and guards)
+    every item of ``__dict__``; a subscript tracks only the item it reads."""
+    state = self.__dict__
+    try:
+        parameters = state["_parameters"]
+    except KeyError:
+        pass
+    else:
+        if name in parameters:
+            return parameters[name]
+    try:
+        buffers = state["_buffers"]
+    except KeyError:
+        pass
+    else:
+        if name in buffers:
+            return buffers[name]
+    try:
+        modules = state["_modules"]
+    except KeyError:
+        pass
+    else:
+        if name in modules:
+            return modules[name]
+    raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
