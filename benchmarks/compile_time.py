@@ -1,7 +1,8 @@
 """First call against depth: do repeated blocks compile once? (issue 26)
 
     python benchmarks/compile_time.py [--layers 2,8,16,32] [--variants ...] [--steps 5] [--loss-steps 3]
-                                      [--repeats 1] [--quick] [--write-docs] [--json]
+                                      [--repeats 1] [--steady-layers 8,16] [--steady-rounds 10]
+                                      [--quick] [--write-docs] [--json]
 
 The model is ``benchmarks/gpt_model.py``'s GPT (d_model 256, 4 heads, seq 128, batch 4, vocab 512 by
 default), float8 (``convert_to_float8_training``) but for plain thunder and its fp32 eager
@@ -24,6 +25,14 @@ all blocks); plain ``thunder.jit(model)`` (fp32: stock thunder cannot run the fp
 regions: ``thunderplug.regions``); the same with ``thunderplug_regions=False`` (the whole model in one
 trace, as before regions); ``thunder.jit(block, executors=...)`` on each block; fp32 eager (plain
 thunder's reference).
+
+**Steady-state step, interleaved in one process** (``--steady-layers``, default 8 and 16; ``--steady-rounds``):
+at those depths one more fresh process holds whole-model ``discover()`` with regions, the same in one trace
+(``thunderplug_regions=False``, the step before regions) and fp8 eager, each with its own copy of the same
+initial weights and its own optimizer; after 2 warm-up steps each, every round steps all three in an order
+rotated from round to round, so that the load hits them alike; the median per variant, and the losses of
+every round compared (all three must agree bit for bit). Per-cell steps of separate processes cannot resolve a
+few percent on a loaded machine; this can.
 
 ``--write-docs`` replaces the marked section of ``docs/benchmarks.md`` with this run's tables;
 ``--quick`` is the smoke run the tests use (a tiny model, 2 and 3 layers, 2 steps).
@@ -120,12 +129,58 @@ def cell(args) -> dict:
     return {"first_s": first_s, "rss_mib": rss_mib, "step_ms": statistics.median(times), "losses": losses}
 
 
+STEADY = ("thunderplug", "thunderplug-whole", "eager")
+
+
+def steady_cell(args) -> dict:
+    """:data:`STEADY` stepped in turn in this (fresh) process: variant -> median step ms, and whether
+    every round's losses agreed."""
+    import copy
+
+    import torch
+    from gpt_float8 import setup_torch
+    from gpt_model import GPTConfig, build
+
+    setup_torch(1)
+    config = GPTConfig(layers=args.layers, d_model=args.d_model, heads=args.heads, seq=args.seq,
+                       batch=args.batch, vocab=args.vocab)
+    model, tokens, targets = build(config)
+    runners = {}
+    for variant in STEADY:
+        fn, module = prepare(variant, copy.deepcopy(model))
+        runners[variant] = (fn, torch.optim.AdamW(module.parameters(), lr=1e-3))
+
+    def step(variant: str) -> tuple[float, float]:
+        fn, optimizer = runners[variant]
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = fn(tokens, targets)
+        loss.backward()
+        optimizer.step()
+        return (time.perf_counter() - start) * 1e3, loss.item()
+
+    agree = True
+    for _ in range(2):
+        agree &= len({step(variant)[1] for variant in STEADY}) == 1
+    times: dict[str, list[float]] = {variant: [] for variant in STEADY}
+    for round_ in range(args.steady_rounds):
+        shift = round_ % len(STEADY)
+        losses = set()
+        for variant in STEADY[shift:] + STEADY[:shift]:
+            elapsed, loss = step(variant)
+            times[variant].append(elapsed)
+            losses.add(loss)
+        agree &= len(losses) == 1
+    return {"step_ms": {v: statistics.median(t) for v, t in times.items()}, "same_losses": agree}
+
+
 def run_cell(variant: str, layers: int, args) -> dict:
     from gpt_float8 import last_error_line
 
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--variant", variant,
            "--layers", str(layers), "--d-model", str(args.d_model), "--heads", str(args.heads),
-           "--seq", str(args.seq), "--batch", str(args.batch), "--vocab", str(args.vocab), "--steps", str(args.steps)]
+           "--seq", str(args.seq), "--batch", str(args.batch), "--vocab", str(args.vocab), "--steps", str(args.steps),
+           "--steady-rounds", str(args.steady_rounds)]
     with tempfile.TemporaryDirectory(prefix="compile-time-inductor-") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONWARNINGS="ignore", THUNDERPLUG_QUIET="1")
         try:
@@ -138,8 +193,9 @@ def run_cell(variant: str, layers: int, args) -> dict:
     return {"error": f"FAIL (rc {proc.returncode}) `{last_error_line(proc.stderr)[:200]}`"}
 
 
-def measure(args) -> dict[int, dict[str, dict]]:
-    """depth -> variant -> the median over repeats (of each number), or the first error."""
+def measure(args, steady: dict[int, dict]) -> dict[int, dict[str, dict]]:
+    """depth -> variant -> the median over repeats (of each number), or the first error; ``steady``
+    gets depth -> :func:`steady_cell`'s result (or an error) for the ``--steady-layers``."""
     depths = [int(n) for n in args.layers.split(",") if n]
     variants = [v for v in args.variants.split(",") if v]
     runs: dict[int, dict[str, list[dict]]] = {d: {v: [] for v in variants} for d in depths}
@@ -151,6 +207,9 @@ def measure(args) -> dict[int, dict[str, dict]]:
             for variant in variants[shift:] + variants[:shift]:
                 print(f"... {layers} layers: {variant} ({repeat + 1}/{args.repeats})", file=sys.stderr, flush=True)
                 runs[layers][variant].append(run_cell(variant, layers, args))
+    for layers in [int(n) for n in args.steady_layers.split(",") if n]:
+        print(f"... {layers} layers: steady-state step, interleaved", file=sys.stderr, flush=True)
+        steady[layers] = run_cell("steady", layers, args)
     results: dict[int, dict[str, dict]] = {}
     for layers, by_variant in runs.items():
         results[layers] = {}
@@ -216,6 +275,26 @@ def tables(results: dict[int, dict[str, dict]], loss_steps: int) -> list[str]:
     return rows
 
 
+def steady_table(steady: dict[int, dict]) -> list[str]:
+    from gpt_float8 import ratio
+
+    if not steady:
+        return []
+    rows = ["", "Steady-state step, the three variants interleaved in one process (median ms; regions × the "
+            "one-trace step: the issue's target is at or below 1.00):", "",
+            "| layers | " + " | ".join(LABELS[v] for v in STEADY) + " | regions × one trace | losses |",
+            "|---:|" + "---:|" * (len(STEADY) + 1) + "---|"]
+    for layers, result in sorted(steady.items()):
+        if "error" in result:
+            rows.append(f"| {layers} | {result['error']} |" + " — |" * (len(STEADY) + 1))
+            continue
+        ms = result["step_ms"]
+        agree = "equal in every round" if result["same_losses"] else "DIFFER"
+        rows.append(f"| {layers} | " + " | ".join(f"{ms[v]:.1f}" for v in STEADY)
+                    + f" | {ratio(ms['thunderplug'], ms['thunderplug-whole'])} | {agree} |")
+    return rows
+
+
 def replace_section(text: str, section: str) -> str:
     """``text`` with the marked section replaced by ``section`` (appended when not there yet)."""
     block = f"{BEGIN}\n{section.rstrip()}\n{END}"
@@ -237,6 +316,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5, help="timed steps after the first (default 5)")
     parser.add_argument("--loss-steps", type=int, default=3, help="steps compared for loss agreement (default 3)")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds; medians shown (default 1)")
+    parser.add_argument("--steady-layers", default="8,16", help="depths of the interleaved step (default 8,16)")
+    parser.add_argument("--steady-rounds", type=int, default=10, help="interleaved step rounds (default 10)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per cell (default 1800)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 2 and 3 layers, 2 steps")
     parser.add_argument("--write-docs", action="store_true", help="regenerate this section of docs/benchmarks.md")
@@ -250,6 +331,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.loss_steps = min(args.loss_steps, 3)
         if args.layers == parser.get_default("layers"):
             args.layers = "2,3"
+        if args.steady_layers == parser.get_default("steady_layers"):
+            args.steady_layers = "2"
+        args.steady_rounds = min(args.steady_rounds, 2)
     unknown = [v for v in args.variants.split(",") if v and v not in LABELS]
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; choose from {list(LABELS)}")
@@ -261,14 +345,15 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(HERE))
     if args.worker:
         args.layers = int(args.layers)
-        print(json.dumps(cell(args)), flush=True)
+        print(json.dumps(steady_cell(args) if args.variant == "steady" else cell(args)), flush=True)
         return
     import importlib.metadata as md
 
     versions = ", ".join(f"{d} {md.version(d)}" for d in ("torch", "lightning-thunder", "torchao"))
     given = argv if argv is not None else sys.argv[1:]
     command = "python benchmarks/compile_time.py" + "".join(f" {a}" for a in given)
-    results = measure(args)
+    steady: dict[int, dict] = {}
+    results = measure(args, steady)
     text = "\n".join([
         f"`{command}`", "",
         f"{versions}; CPU, torch threads 1, oneDNN off; d_model {args.d_model}, {args.heads} heads, seq {args.seq}, "
@@ -276,10 +361,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.repeats} round(s); step = median of {args.steps} steps after the first; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
         *tables(results, args.loss_steps),
+        *steady_table(steady),
     ])
     print(text)
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps({"first_calls": results, "steady": steady}))
     if args.write_docs:
         path = args.docs
         path.write_text(replace_section(path.read_text() if path.exists() else "# Benchmarks\n", text))
