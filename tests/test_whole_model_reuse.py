@@ -170,6 +170,39 @@ def x8() -> torch.Tensor:
     return torch.randn(2, 3, 8)
 
 
+class Notes:
+    """An object a block writes to (as transformers' layers fill their KV cache)."""
+
+    def __init__(self) -> None:
+        self.last: torch.Tensor | None = None
+
+
+class Noting(Block):
+    def forward(self, x: torch.Tensor, notes: Notes) -> torch.Tensor:
+        notes.last = x = super().forward(x)
+        return x
+
+
+class NotingStack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Noting() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        notes = Notes()
+        for block in self.blocks:
+            x = block(x, notes)
+        return x + notes.last
+
+
+def test_a_block_given_an_object_it_may_write_to_is_refused():
+    """thunder 0.2.6 drops a compiled program's writes to an argument object's attributes (the
+    object would keep ``last=None``): refused by name instead."""
+    jitted = jit(NotingStack())
+    with pytest.raises(NotImplementedError, match=r"blocks\.0 \(Noting\) was called with a .*Notes"):
+        jitted(x8())
+
+
 def test_a_block_that_differs_compiles_its_own():
     model = Stack(4)
     model.blocks[1].act = F.relu

@@ -214,11 +214,18 @@ class Regions:
         self.slots = slots
         kept = {id(s.module): earlier.compiled[s.path] for s in earlier.slots} if earlier is not None else {}
         self.compiled = {
-            slot.path: kept[id(slot.module)] if id(slot.module) in kept else thunder.jit(slot.module, **options)
+            slot.path: kept[id(slot.module)] if id(slot.module) in kept else self._jit(slot, root, options)
             for slot in self.slots
         }
         self._lock = threading.Lock()
         self._calls = 0  # calls running with the regions installed (threads, re-entrant calls)
+
+    @staticmethod
+    def _jit(slot: Slot, root: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Module:
+        compiled = thunder.jit(slot.module, **options)
+        if not needs_regions(root):  # a repeated block: the model's own code calls it with what it likes
+            compiled._forward_fn = _refusing_objects(compiled._forward_fn, slot, type(root).__name__)
+        return compiled
 
     def stale(self) -> bool:
         """A slot holds neither its module nor its region (installed by a call running in another
@@ -251,6 +258,39 @@ class Regions:
             [s.last_traces[-1] for s in stats if s.last_traces],
             [s.last_backward_traces[-1] for s in stats if s.last_backward_traces],  # none under no_grad
         )
+
+
+def _refusing_objects(call: Callable[..., Any], slot: Slot, root: str) -> Callable[..., Any]:
+    """A block region's call, refusing arguments that are objects of other kinds than tensors, plain
+    values and containers of them (:func:`_held_object`): thunder 0.2.6 drops the writes a traced
+    program makes to such an object's attributes, silently (transformers' ``DynamicCache``, which
+    each layer fills, would come back empty)."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        held = _held_object((args, kwargs))
+        if held is not None:
+            raise NotImplementedError(
+                f"thunder.jit(model, executors=discover()) compiles each repeated block of {root} as a region, "
+                f"and {slot.path} ({type(slot.module).__name__}) was called with a {type(held).__qualname__}: "
+                "thunder 0.2.6 does not carry a compiled program's writes to such an object's attributes back "
+                "(silently: a transformers cache would stay empty). Pass only tensors and plain values to the "
+                "blocks (transformers: use_cache=False for training), or run the model eagerly"
+            )
+        return call(*args, **kwargs)
+
+    return checked
+
+
+def _held_object(value: Any) -> Any:
+    """The first value in ``value`` (through tuples, lists and dicts) that is no tensor, plain value,
+    function or class (None: there is none)."""
+    if isinstance(value, (tuple, list)):
+        return next((found for v in value if (found := _held_object(v)) is not None), None)
+    if isinstance(value, dict):
+        return _held_object(list(value.values()))
+    if isinstance(value, (torch.Tensor, *reuse.PLAIN, type)) or callable(value):
+        return None
+    return value
 
 
 def regional_forward(

@@ -51,8 +51,8 @@ _STATE_DICT_HOOKS = frozenset(
 #: hooks those APIs register read it (a module with hooks is its own structure; FSDP2's are moved
 #: onto the ThunderModule), so the state counts by its types
 _COMPOSABLE_STATE = "__composable_api_"
-_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
-          torch.memory_format, enum.Enum)
+PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+          torch.memory_format, enum.Enum)  # values compared by value
 #: a module's own attributes of these exact types count by their type only: thunder's prologue
 #: checks the value of each one the program reads (``check_number_type_and_value``,
 #: ``check_string_value``, under the default cache option), so a block whose forward reads another
@@ -191,7 +191,7 @@ def _types_of(value: Any) -> Hashable:
 def _value_key(value: Any, depth: int, modules: dict[int, int] | None = None) -> Hashable:
     """``modules``: the tree's modules seen so far (id -> index); a method of one of them (torchao
     sets ``extra_repr`` to a method of the module itself) is its function and that module's index."""
-    if isinstance(value, _PLAIN):
+    if isinstance(value, PLAIN):
         # -0.0 == 0.0 and True == 1 as dict keys; the type and repr keep them apart
         return (type(value), value, repr(value) if isinstance(value, float) else None)
     if depth == 0:
