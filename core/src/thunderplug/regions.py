@@ -34,7 +34,8 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   otherwise the model compiles whole, as before. Blocks that keep their index without reading it
   (transformers' ``layer_idx``, litgpt's ``block_idx``) are of one structure (numbers and strings count
   by type: the prologue checks the values the program reads); a block whose forward reads another
-  value compiles its own.
+  value compiles its own. A block region refuses arguments that are objects it may write to (a
+  transformers cache: thunder 0.2.6 drops the writes, silently), :func:`_refusing_objects`.
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
