@@ -168,3 +168,46 @@ def test_mark_static_address_inside_jitted_code_does_nothing():
     expected = eager_cache.update(x)
     actual = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())(cache, x)
     assert torch.equal(actual, expected) and torch.equal(cache.length, eager_cache.length)
+
+
+class _LazyCache:
+    """transformers' ``StaticLayer``: the first update allocates the keys and sets several attributes,
+    every update writes in place into the keys and returns them."""
+
+    def __init__(self):
+        self.initialized = False
+        self.length = torch.tensor(0)
+
+    def update(self, x):
+        if not self.initialized:
+            self.size = 6
+            self.keys = torch.zeros(self.size, x.shape[1])
+            self.initialized = True
+        positions = torch.arange(x.shape[0]) + self.length
+        self.length.add_(x.shape[0])
+        self.keys.index_copy_(0, positions, x)
+        return self.keys * 2
+
+
+def _updates(update, cache):
+    g = torch.Generator().manual_seed(0)
+    return [update(cache, torch.randn(n, 4, generator=g)) for n in (3, 1, 1)]
+
+
+def test_every_attribute_written_on_an_object_reaches_it():
+    eager_cache, cache = _LazyCache(), _LazyCache()
+    expected = _updates(lambda c, x: c.update(x), eager_cache)
+    jitted = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())
+    actual = _updates(jitted, cache)
+    assert vars(cache).keys() == vars(eager_cache).keys() and cache.initialized and cache.size == 6
+    assert torch.equal(cache.keys, eager_cache.keys) and torch.equal(cache.length, eager_cache.length)
+    for a, e in zip(actual, expected, strict=True):
+        assert torch.equal(a, e)
+    assert thunder.cache_misses(jitted) == 2  # the allocating call, then the updates
+
+
+def test_stock_thunder_keeps_only_the_first_attribute_written():
+    cache = _LazyCache()
+    _updates(thunder.jit(lambda c, x: c.update(x)), cache)
+    assert vars(cache).keys() == {"initialized", "length", "size"}  # the first written only: no keys, and
+    assert not cache.initialized  # every call allocated them afresh

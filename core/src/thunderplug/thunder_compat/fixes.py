@@ -392,3 +392,23 @@ def mark_static_address_lookaside(original: Callable[..., Any], active: Callable
         return ours(*args, **kwargs) if active() else original(*args, **kwargs)
 
     return replacement
+
+
+def object_setattr_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder records an attribute write on an object the function did not create (``layer.keys = ...``)
+    to replay it after the computation, as a write to the object's ``__dict__``. The first write swaps
+    the wrapped ``__dict__`` for thunder's own copy, and thunder then writes the next attributes into
+    that copy under a fresh wrapper that records nothing: only the first attribute written on an object
+    reached the object (transformers' ``StaticCache`` allocated in a compiled prefill kept ``device`` and
+    lost its ``keys``, ``values`` and ``is_initialized``, so every token re-created an empty cache,
+    silently). The copy is made known as the same wrapped ``__dict__``, so every write is recorded."""
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    def replacement(obj: Any, name: Any, value: Any) -> Any:
+        if active():
+            attributes = getattr(obj, "attribute_wrappers", {}).get("__dict__")
+            if attributes is not None and attributes.original_value is not attributes.nothing:
+                get_interpreterruntimectx().cache_wrapper(attributes)  # its value is thunder's copy
+        return original(obj, name, value)
+
+    return replacement

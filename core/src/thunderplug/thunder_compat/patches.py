@@ -378,6 +378,15 @@ PATCHES: tuple[Patch, ...] = (
         "fail; objects made inside the function are left out.",
     ),
     Patch(
+        "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
+        lambda original: fixes.object_setattr_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: of the attributes a function writes on an object it did not create, only the first one "
+        "written reaches the object after the call (thunder swaps the object's recorded `__dict__` for a copy at "
+        "the first write and records none of the later ones): transformers' `StaticCache` allocated in the first "
+        "compiled call kept `device` and lost its key and value tensors, so each later token got an empty cache "
+        "(wrong tokens, silently). Every write is recorded and replayed, as eager keeps them.",
+    ),
+    Patch(
         "index_put backward", backward_impls, "torch.index_put",
         lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
         "discover() compilations",
