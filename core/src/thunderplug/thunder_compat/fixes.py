@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -395,20 +397,85 @@ def mark_static_address_lookaside(original: Callable[..., Any], active: Callable
 
 
 def object_setattr_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
-    """thunder records an attribute write on an object the function did not create (``layer.keys = ...``)
-    to replay it after the computation, as a write to the object's ``__dict__``. The first write swaps
-    the wrapped ``__dict__`` for thunder's own copy, and thunder then writes the next attributes into
-    that copy under a fresh wrapper that records nothing: only the first attribute written on an object
-    reached the object (transformers' ``StaticCache`` allocated in a compiled prefill kept ``device`` and
-    lost its ``keys``, ``values`` and ``is_initialized``, so every token re-created an empty cache,
-    silently). The copy is made known as the same wrapped ``__dict__``, so every write is recorded."""
+    """Two thunder bugs in attribute writes (``obj.name = value``) inside jitted code, both silent.
+
+    On an object the function did not create (``layer.keys = ...``), thunder records the write to replay
+    it after the computation, as a write to the object's ``__dict__``. The first write swaps the wrapped
+    ``__dict__`` for thunder's own copy, and thunder then writes the next attributes into that copy under
+    a fresh wrapper that records nothing: only the first attribute written reached the object
+    (transformers' ``StaticCache`` allocated in a compiled prefill kept ``device`` and lost its ``keys``,
+    ``values`` and ``is_initialized``, so every token re-created an empty cache). The copy is made known
+    as the same wrapped ``__dict__``, so every write is recorded.
+
+    On an object the function created, thunder writes the attribute but keeps the wrapper of its former
+    value, from which it builds the returned object: transformers' ``ModelOutput`` got
+    ``hidden_states`` set after construction (``output_hidden_states=True``) and was returned with
+    ``None``. The written value's wrapper replaces it."""
     from thunder.core.interpreter import get_interpreterruntimectx
+    from thunder.core.jit_ext import is_created_during_tracing
 
     def replacement(obj: Any, name: Any, value: Any) -> Any:
-        if active():
-            attributes = getattr(obj, "attribute_wrappers", {}).get("__dict__")
-            if attributes is not None and attributes.original_value is not attributes.nothing:
-                get_interpreterruntimectx().cache_wrapper(attributes)  # its value is thunder's copy
-        return original(obj, name, value)
+        if not active():
+            return original(obj, name, value)
+        wrappers = getattr(obj, "attribute_wrappers", {})
+        attributes = wrappers.get("__dict__")
+        if attributes is not None and attributes.original_value is not attributes.nothing:
+            get_interpreterruntimectx().cache_wrapper(attributes)  # its value is thunder's copy
+        result = original(obj, name, value)
+        key = unwrap(name)
+        if result is not INTERPRETER_SIGNALS.EXCEPTION_RAISED and key in wrappers and is_created_during_tracing(
+            obj.provenance
+        ):
+            if getattr(unwrap(obj), "__dict__", {}).get(key, wrappers) is unwrap(value):
+                wrappers[key] = value
+            else:
+                del wrappers[key]
+        return result
+
+    return replacement
+
+
+def thunder_module_getattr(original: Callable[..., Any], compiled_by_thunderplug: Callable[[Any], bool]) -> Callable[..., Any]:
+    """``ThunderModule.__getattr__`` finds what the ThunderModule lacks on the original module, so a method
+    of the model (transformers' ``generate``) came back bound to the original module, and its
+    ``self(...)`` / ``self.forward(...)`` ran the model uncompiled. For a ``discover()`` ThunderModule,
+    such a method (one the model's classes define, not ``nn.Module``) is bound to a view of the model: an
+    object of a subclass of the model's class, sharing the model's ``__dict__`` (its attributes, modules,
+    parameters, and what the method writes), whose call and ``forward`` are the ThunderModule's."""
+    views: dict[int, Any] = {}
+
+    def view_of(thunder_module: torch.nn.Module) -> Any:
+        model = thunder_module._model
+        view = views.get(id(thunder_module))
+        if view is None or view.__dict__ is not model.__dict__:
+            compiled = weakref.ref(thunder_module)  # the view lives as long as the ThunderModule, not longer
+
+            def forward(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled().forward(*args, **kwargs)
+
+            def call(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled()(*args, **kwargs)
+
+            cls = type(model)
+            view_class = type(cls.__name__, (cls,), {
+                "forward": functools.wraps(cls.forward)(forward), "__call__": functools.wraps(cls.__call__)(call),
+                "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            })
+            view = object.__new__(view_class)
+            view.__dict__ = model.__dict__
+            views[id(thunder_module)] = view
+            weakref.finalize(thunder_module, views.pop, id(thunder_module), None)
+        return view
+
+    def replacement(self: torch.nn.Module, name: str) -> Any:
+        found = original(self, name)
+        if (
+            isinstance(found, types.MethodType)
+            and found.__self__ is self._model
+            and not hasattr(torch.nn.Module, name)
+            and compiled_by_thunderplug(self)
+        ):
+            return types.MethodType(found.__func__, view_of(self))
+        return found
 
     return replacement

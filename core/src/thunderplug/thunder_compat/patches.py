@@ -380,11 +380,25 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
         lambda original: fixes.object_setattr_lookaside(original, _compiling_with_core), "discover() compilations",
-        "thunder bug: of the attributes a function writes on an object it did not create, only the first one "
+        "thunder bugs: of the attributes a function writes on an object it did not create, only the first one "
         "written reaches the object after the call (thunder swaps the object's recorded `__dict__` for a copy at "
         "the first write and records none of the later ones): transformers' `StaticCache` allocated in the first "
         "compiled call kept `device` and lost its key and value tensors, so each later token got an empty cache "
-        "(wrong tokens, silently). Every write is recorded and replayed, as eager keeps them.",
+        "(wrong tokens, silently); every write is recorded and replayed. An object the function creates and "
+        "returns is rebuilt from the values its attributes had when first read, not from later writes "
+        "(transformers' `ModelOutput` returned `hidden_states=None` under `output_hidden_states=True`): a write "
+        "replaces the value thunder keeps.",
+    ),
+    Patch(
+        "ThunderModule.__getattr__", ThunderModule, "__getattr__",
+        lambda original: fixes.thunder_module_getattr(
+            original, lambda module: uses_core_executor(thunder.compile_data(module))
+        ),
+        "discover() ThunderModules",
+        "a method of the model that the ThunderModule lacks (transformers' `generate`) is found on the original "
+        "module, so `thunder.jit(model).generate(...)` ran the model uncompiled (its `self(...)` is the original "
+        "module): it is bound to a view of the model (a subclass sharing the model's `__dict__`) whose call and "
+        "`forward` are the ThunderModule's, so every call it makes is compiled.",
     ),
     Patch(
         "index_put backward", backward_impls, "torch.index_put",
