@@ -323,12 +323,37 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
             return original(ctx, epilogue_trace)
         writes = ctx._additional_outputs
         local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
+        for obj in writes:
+            _write_back_to_the_jitted_module(obj)
         try:
             return original(ctx, epilogue_trace)
         finally:
             writes.update(local)
 
     return replacement
+
+
+def _write_back_to_the_jitted_module(attributes: Any) -> None:
+    """thunder replays an attribute write on an object through the proxy the object got when it was first
+    written, and the module ``thunder.jit`` was given gets none: its writes (``self.flag = True`` in its
+    forward; transformers' ``_output_capturing_hooks_installed``) were dropped, silently. Its ``__dict__``
+    is recorded as that of its ThunderModule's ``_model`` (the module itself), which the epilogue reads."""
+    from thunder.core.interpreter import ProvenanceRecord, PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE
+    from thunder.core.proxies import AnyProxy
+
+    provenance = attributes.provenance
+    if not (provenance.inst is PseudoInst.LOAD_ATTR and provenance.inputs[1].inst is PseudoInst.CONSTANT
+            and provenance.inputs[1].value == "__dict__"):
+        return
+    owner = provenance.inputs[0]
+    if owner.inst is not PseudoInst.INPUT_FN or not owner.ext_flag & EXT_FLAG_IS_MODULE or hasattr(owner, "proxy"):
+        return
+    model = ProvenanceRecord(PseudoInst.LOAD_ATTR,
+                             inputs=[owner, ProvenanceRecord(PseudoInst.CONSTANT, inputs=[], value="_model")])
+    model.proxy = AnyProxy(get_compile_data().fn, history=model)
+    attributes.provenance = ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[model, provenance.inputs[1]],
+                                             ext_flag=provenance.ext_flag)
 
 
 _autocast_rules = threading.local()
@@ -435,7 +460,9 @@ def object_setattr_lookaside(original: Callable[..., Any], active: Callable[[], 
     return replacement
 
 
-def thunder_module_getattr(original: Callable[..., Any], compiled_by_thunderplug: Callable[[Any], bool]) -> Callable[..., Any]:
+def thunder_module_getattr(
+    original: Callable[..., Any], compiled_by_thunderplug: Callable[[Any], bool]
+) -> Callable[..., Any]:
     """``ThunderModule.__getattr__`` finds what the ThunderModule lacks on the original module, so a method
     of the model (transformers' ``generate``) came back bound to the original module, and its
     ``self(...)`` / ``self.forward(...)`` ran the model uncompiled. For a ``discover()`` ThunderModule,
@@ -477,5 +504,66 @@ def thunder_module_getattr(original: Callable[..., Any], compiled_by_thunderplug
         ):
             return types.MethodType(found.__func__, view_of(self))
         return found
+
+    return replacement
+
+
+#: the hooks registered on modules by the interpretation in progress in this thread (``None``: none is)
+_registered_hooks = threading.local()
+
+#: the module hook registrations that run eagerly when jitted code calls them (thunder_compat.patches)
+HOOK_REGISTRATIONS = (torch.nn.Module.register_forward_hook, torch.nn.Module.register_forward_pre_hook)
+
+
+def hook_registration_lookaside(
+    method: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[[Any], Callable[..., Any]]:
+    """A module hook registered inside jitted code (transformers 5 installs its output-capturing hooks
+    in the first call that asks for ``output_hidden_states``) is registered on the module for real, as
+    in eager: thunder interpreted the registration, so the prologue guarded on torch's global handle
+    counter, which the registration itself advances (every call failed its own guard). Hooks that an
+    interpretation registered are removed if it fails (:func:`removing_hooks_of_failed_interpretations`),
+    so a retried or failed compilation leaves none behind."""
+    unlooked = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__,
+                                  method.__closure__)
+    unlooked.__kwdefaults__ = method.__kwdefaults__
+
+    def register(*args: Any, **kwargs: Any) -> Any:
+        handle = method(*args, **kwargs)
+        registered = getattr(_registered_hooks, "handles", None)
+        if registered is not None:
+            registered.append(handle)
+        return handle
+
+    eager = interpreter_needs_wrap(register)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            return eager(*args, **kwargs) if active() else interpret(unlooked, *args, **kwargs)
+
+        return lookaside
+
+    return make
+
+
+def removing_hooks_of_failed_interpretations(
+    original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """``thunder_general_jit`` (one interpretation of a jitted function) that removes the module hooks it
+    registered (:func:`hook_registration_lookaside`) when it fails."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        outer = getattr(_registered_hooks, "handles", None)
+        _registered_hooks.handles = registered = []
+        try:
+            return original(*args, **kwargs)
+        except BaseException:
+            for handle in registered:
+                handle.remove()
+            raise
+        finally:
+            _registered_hooks.handles = outer
 
     return replacement
