@@ -135,10 +135,9 @@ PROMPT, NEW_TOKENS = 8, 16
 
 
 def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> tuple[torch.Tensor, int]:
-    """Greedy ``generate()`` of NEW_TOKENS tokens with a static KV cache, the model's forward jitted as users
-    jit it for ``generate()`` (``model.forward = thunder.jit(model.forward, ...)``: ``generate`` is a method of
-    the model that calls ``self(...)``; calling it on a ThunderModule runs the original module, uncompiled).
-    Returns the tokens and the number of compilations."""
+    """Greedy ``generate()`` of NEW_TOKENS tokens with a static KV cache, the model's forward jitted
+    (``model.forward = thunder.jit(model.forward, ...)``; ``thunder.jit(model).generate``:
+    test_generate_on_the_thunder_module). Returns the tokens and the number of compilations."""
     ids = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, eos_token_id=None)
     if preallocated:
