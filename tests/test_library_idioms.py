@@ -1,6 +1,7 @@
 """Idioms of real model code (found in transformers) that thunder 0.2.6 rejects or computes otherwise
 than eager, each alone, forward and backward against eager (thunder_compat.fixes)."""
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -168,3 +169,171 @@ def test_mark_static_address_inside_jitted_code_does_nothing():
     expected = eager_cache.update(x)
     actual = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())(cache, x)
     assert torch.equal(actual, expected) and torch.equal(cache.length, eager_cache.length)
+
+
+class _LazyCache:
+    """transformers' ``StaticLayer``: the first update allocates the keys and sets several attributes,
+    every update writes in place into the keys and returns them."""
+
+    def __init__(self):
+        self.initialized = False
+        self.length = torch.tensor(0)
+
+    def update(self, x):
+        if not self.initialized:
+            self.size = 6
+            self.keys = torch.zeros(self.size, x.shape[1])
+            self.initialized = True
+        positions = torch.arange(x.shape[0]) + self.length
+        self.length.add_(x.shape[0])
+        self.keys.index_copy_(0, positions, x)
+        return self.keys * 2
+
+
+def _updates(update, cache):
+    g = torch.Generator().manual_seed(0)
+    return [update(cache, torch.randn(n, 4, generator=g)) for n in (3, 1, 1)]
+
+
+def test_every_attribute_written_on_an_object_reaches_it():
+    eager_cache, cache = _LazyCache(), _LazyCache()
+    expected = _updates(lambda c, x: c.update(x), eager_cache)
+    jitted = thunder.jit(lambda c, x: c.update(x), executors=thunderplug.discover())
+    actual = _updates(jitted, cache)
+    assert vars(cache).keys() == vars(eager_cache).keys() and cache.initialized and cache.size == 6
+    assert torch.equal(cache.keys, eager_cache.keys) and torch.equal(cache.length, eager_cache.length)
+    for a, e in zip(actual, expected, strict=True):
+        assert torch.equal(a, e)
+    assert thunder.cache_misses(jitted) == 2  # the allocating call, then the updates
+
+
+def test_stock_thunder_keeps_only_the_first_attribute_written():
+    cache = _LazyCache()
+    _updates(thunder.jit(lambda c, x: c.update(x)), cache)
+    assert vars(cache).keys() == {"initialized", "length", "size"}  # the first written only: no keys, and
+    assert not cache.initialized  # every call allocated them afresh
+
+
+@dataclasses.dataclass
+class _Output:
+    """transformers' ``ModelOutput``: built by the forward, then given the hidden states it collected."""
+
+    logits: torch.Tensor
+    hidden_states: tuple | None = None
+
+    def __setitem__(self, key, value):
+        super().__setattr__(key, value)
+
+
+def _with_hidden_states(x, w):
+    first = x @ w
+    out = _Output(first.tanh())
+    out["hidden_states"] = (x, first)
+    return out
+
+
+def test_attribute_written_after_construction_is_returned():
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    expected = _with_hidden_states(x, w)
+    actual = thunder.jit(_with_hidden_states, executors=thunderplug.discover())(x, w)
+    assert isinstance(actual.hidden_states, tuple) and len(actual.hidden_states) == 2
+    for a, e in zip((actual.logits, *actual.hidden_states), (expected.logits, *expected.hidden_states), strict=True):
+        assert torch.equal(a, e)
+    grads = [torch.autograd.grad(o.logits.sum() + 3 * o.hidden_states[1].sum(), w)[0] for o in (actual, expected)]
+    assert torch.equal(*grads)
+
+
+def test_stock_thunder_returns_the_value_before_the_write():
+    out = thunder.jit(_with_hidden_states)(torch.randn(3, 4), torch.randn(4, 4))
+    assert out.hidden_states is None
+
+
+class _HooksOnFirstCall(torch.nn.Module):
+    """transformers 5's output capturing: the first forward registers a hook on a submodule."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = torch.nn.Linear(4, 4)
+        self.hooked = False
+
+    def forward(self, x):
+        if not self.hooked:
+            self.inner.register_forward_pre_hook(lambda module, args: (args[0] * 3,))
+            self.inner.register_forward_hook(lambda module, args, out: out.tanh())
+            self.hooked = True
+        return self.inner(x) * 2
+
+
+def test_hooks_registered_inside_jitted_code_as_eager():
+    x = torch.randn(2, 4)
+    eager, model = _HooksOnFirstCall(), _HooksOnFirstCall()
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    for _ in range(2):
+        expected, actual = eager(x), jitted(x)
+        assert torch.equal(actual, expected)
+        grads = [torch.autograd.grad(out.sum(), m.inner.weight)[0] for out, m in ((actual, model), (expected, eager))]
+        assert torch.equal(*grads)
+    assert len(model.inner._forward_hooks) == len(model.inner._forward_pre_hooks) == 1 and model.hooked
+
+
+def test_stock_thunder_fails_on_hooks_registered_inside_jitted_code():
+    with pytest.raises(RuntimeError, match="Expected"):  # its prologue guards torch's hook counter
+        thunder.jit(_HooksOnFirstCall())(torch.randn(2, 4))
+
+
+class _Generator(torch.nn.Module):
+    """A model with a method that calls the model (transformers' ``generate``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.step = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.step(x).tanh()
+
+    def generate(self, x, steps):
+        outs = [x]
+        for i in range(steps):
+            outs.append(self(outs[-1]) if i % 2 else self.forward(outs[-1]))
+        return torch.stack(outs)
+
+
+def test_a_method_of_the_model_calls_the_compiled_module():
+    x = torch.randn(2, 4)
+    model = _Generator()
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    with torch.no_grad():
+        assert torch.equal(jitted.generate(x, 4), model.generate(x, 4))
+    assert (thunder.cache_misses(jitted), thunder.cache_hits(jitted)) == (1, 3)  # every step compiled, once
+
+
+def test_stock_thunder_runs_a_method_of_the_model_uncompiled():
+    jitted = thunder.jit(_Generator())
+    with torch.no_grad():
+        jitted.generate(torch.randn(2, 4), 4)
+    assert thunder.cache_misses(jitted) + thunder.cache_hits(jitted) == 0
+
+
+class _SetsFlag(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.first = not hasattr(self, "first")
+        self.seen = x.shape
+        return self.step(x)
+
+
+def test_attributes_written_on_the_jitted_module_reach_it():
+    model = _SetsFlag()
+    thunder.jit(model, executors=thunderplug.discover())(torch.randn(2, 4))
+    assert (model.first, model.seen) == (True, torch.Size([2, 4]))
+
+
+def test_stock_thunder_drops_attributes_written_on_the_jitted_module():
+    model = _SetsFlag()
+    thunder.jit(model)(torch.randn(2, 4))
+    assert not hasattr(model, "first")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -321,12 +323,37 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
             return original(ctx, epilogue_trace)
         writes = ctx._additional_outputs
         local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
+        for obj in writes:
+            _write_back_to_the_jitted_module(obj)
         try:
             return original(ctx, epilogue_trace)
         finally:
             writes.update(local)
 
     return replacement
+
+
+def _write_back_to_the_jitted_module(attributes: Any) -> None:
+    """thunder replays an attribute write on an object through the proxy the object got when it was first
+    written, and the module ``thunder.jit`` was given gets none: its writes (``self.flag = True`` in its
+    forward; transformers' ``_output_capturing_hooks_installed``) were dropped, silently. Its ``__dict__``
+    is recorded as that of its ThunderModule's ``_model`` (the module itself), which the epilogue reads."""
+    from thunder.core.interpreter import ProvenanceRecord, PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE
+    from thunder.core.proxies import AnyProxy
+
+    provenance = attributes.provenance
+    if not (provenance.inst is PseudoInst.LOAD_ATTR and provenance.inputs[1].inst is PseudoInst.CONSTANT
+            and provenance.inputs[1].value == "__dict__"):
+        return
+    owner = provenance.inputs[0]
+    if owner.inst is not PseudoInst.INPUT_FN or not owner.ext_flag & EXT_FLAG_IS_MODULE or hasattr(owner, "proxy"):
+        return
+    model = ProvenanceRecord(PseudoInst.LOAD_ATTR,
+                             inputs=[owner, ProvenanceRecord(PseudoInst.CONSTANT, inputs=[], value="_model")])
+    model.proxy = AnyProxy(get_compile_data().fn, history=model)
+    attributes.provenance = ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[model, provenance.inputs[1]],
+                                             ext_flag=provenance.ext_flag)
 
 
 _autocast_rules = threading.local()
@@ -390,5 +417,153 @@ def mark_static_address_lookaside(original: Callable[..., Any], active: Callable
 
     def replacement(*args: Any, **kwargs: Any) -> Any:
         return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement
+
+
+def object_setattr_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """Two thunder bugs in attribute writes (``obj.name = value``) inside jitted code, both silent.
+
+    On an object the function did not create (``layer.keys = ...``), thunder records the write to replay
+    it after the computation, as a write to the object's ``__dict__``. The first write swaps the wrapped
+    ``__dict__`` for thunder's own copy, and thunder then writes the next attributes into that copy under
+    a fresh wrapper that records nothing: only the first attribute written reached the object
+    (transformers' ``StaticCache`` allocated in a compiled prefill kept ``device`` and lost its ``keys``,
+    ``values`` and ``is_initialized``, so every token re-created an empty cache). The copy is made known
+    as the same wrapped ``__dict__``, so every write is recorded.
+
+    On an object the function created, thunder writes the attribute but keeps the wrapper of its former
+    value, from which it builds the returned object: transformers' ``ModelOutput`` got
+    ``hidden_states`` set after construction (``output_hidden_states=True``) and was returned with
+    ``None``. The written value's wrapper replaces it."""
+    from thunder.core.interpreter import get_interpreterruntimectx
+    from thunder.core.jit_ext import is_created_during_tracing
+
+    def replacement(obj: Any, name: Any, value: Any) -> Any:
+        if not active():
+            return original(obj, name, value)
+        wrappers = getattr(obj, "attribute_wrappers", {})
+        attributes = wrappers.get("__dict__")
+        if attributes is not None and attributes.original_value is not attributes.nothing:
+            get_interpreterruntimectx().cache_wrapper(attributes)  # its value is thunder's copy
+        result = original(obj, name, value)
+        key = unwrap(name)
+        if result is not INTERPRETER_SIGNALS.EXCEPTION_RAISED and key in wrappers and is_created_during_tracing(
+            obj.provenance
+        ):
+            if getattr(unwrap(obj), "__dict__", {}).get(key, wrappers) is unwrap(value):
+                wrappers[key] = value
+            else:
+                del wrappers[key]
+        return result
+
+    return replacement
+
+
+def thunder_module_getattr(
+    original: Callable[..., Any], compiled_by_thunderplug: Callable[[Any], bool]
+) -> Callable[..., Any]:
+    """``ThunderModule.__getattr__`` finds what the ThunderModule lacks on the original module, so a method
+    of the model (transformers' ``generate``) came back bound to the original module, and its
+    ``self(...)`` / ``self.forward(...)`` ran the model uncompiled. For a ``discover()`` ThunderModule,
+    such a method (one the model's classes define, not ``nn.Module``) is bound to a view of the model: an
+    object of a subclass of the model's class, sharing the model's ``__dict__`` (its attributes, modules,
+    parameters, and what the method writes), whose call and ``forward`` are the ThunderModule's."""
+    views: dict[int, Any] = {}
+
+    def view_of(thunder_module: torch.nn.Module) -> Any:
+        model = thunder_module._model
+        view = views.get(id(thunder_module))
+        if view is None or view.__dict__ is not model.__dict__:
+            compiled = weakref.ref(thunder_module)  # the view lives as long as the ThunderModule, not longer
+
+            def forward(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled().forward(*args, **kwargs)
+
+            def call(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled()(*args, **kwargs)
+
+            cls = type(model)
+            view_class = type(cls.__name__, (cls,), {
+                "forward": functools.wraps(cls.forward)(forward), "__call__": functools.wraps(cls.__call__)(call),
+                "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            })
+            view = object.__new__(view_class)
+            view.__dict__ = model.__dict__
+            views[id(thunder_module)] = view
+            weakref.finalize(thunder_module, views.pop, id(thunder_module), None)
+        return view
+
+    def replacement(self: torch.nn.Module, name: str) -> Any:
+        found = original(self, name)
+        if (
+            isinstance(found, types.MethodType)
+            and found.__self__ is self._model
+            and not hasattr(torch.nn.Module, name)
+            and compiled_by_thunderplug(self)
+        ):
+            return types.MethodType(found.__func__, view_of(self))
+        return found
+
+    return replacement
+
+
+#: the hooks registered on modules by the interpretation in progress in this thread (``None``: none is)
+_registered_hooks = threading.local()
+
+#: the module hook registrations that run eagerly when jitted code calls them (thunder_compat.patches)
+HOOK_REGISTRATIONS = (torch.nn.Module.register_forward_hook, torch.nn.Module.register_forward_pre_hook)
+
+
+def hook_registration_lookaside(
+    method: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[[Any], Callable[..., Any]]:
+    """A module hook registered inside jitted code (transformers 5 installs its output-capturing hooks
+    in the first call that asks for ``output_hidden_states``) is registered on the module for real, as
+    in eager: thunder interpreted the registration, so the prologue guarded on torch's global handle
+    counter, which the registration itself advances (every call failed its own guard). Hooks that an
+    interpretation registered are removed if it fails (:func:`removing_hooks_of_failed_interpretations`),
+    so a retried or failed compilation leaves none behind."""
+    unlooked = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__,
+                                  method.__closure__)
+    unlooked.__kwdefaults__ = method.__kwdefaults__
+
+    def register(*args: Any, **kwargs: Any) -> Any:
+        handle = method(*args, **kwargs)
+        registered = getattr(_registered_hooks, "handles", None)
+        if registered is not None:
+            registered.append(handle)
+        return handle
+
+    eager = interpreter_needs_wrap(register)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            return eager(*args, **kwargs) if active() else interpret(unlooked, *args, **kwargs)
+
+        return lookaside
+
+    return make
+
+
+def removing_hooks_of_failed_interpretations(
+    original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """``thunder_general_jit`` (one interpretation of a jitted function) that removes the module hooks it
+    registered (:func:`hook_registration_lookaside`) when it fails."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        outer = getattr(_registered_hooks, "handles", None)
+        _registered_hooks.handles = registered = []
+        try:
+            return original(*args, **kwargs)
+        except BaseException:
+            for handle in registered:
+                handle.remove()
+            raise
+        finally:
+            _registered_hooks.handles = outer
 
     return replacement

@@ -202,6 +202,14 @@ PATCHES: tuple[Patch, ...] = (
         "a failed interpretation entered is left.",
     ),
     Patch(
+        "hooks of failed interpretations removed", thunder, "thunder_general_jit",
+        lambda original: fixes.removing_hooks_of_failed_interpretations(original, _compiling_with_core),
+        "discover() compilations",
+        "module hooks that jitted code registered (see the hook registration lookasides) are removed when the "
+        "interpretation that registered them fails, so a retried interpretation does not register them twice and "
+        "a failed compilation leaves none.",
+    ),
+    Patch(
         "is_compiling retries", thunder, "thunder_general_jit",
         compile_branches.interpreted_with_retries(_compiling_with_core), "discover() compilations",
         "the interpretation of a jitted function is repeated when an `is_compiling()` answer of False led to a "
@@ -384,7 +392,43 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder bug: writes to the buffers of a module the function constructs itself (transformers' "
         "`BertForMaskedLM` builds `CrossEntropyLoss()` in its forward) are replayed after the computation and "
-        "fail; objects made inside the function are left out.",
+        "fail; objects made inside the function are left out. thunder bug: attributes written on the module "
+        "`thunder.jit` was given (`self.flag = True` in its forward; transformers' "
+        "`_output_capturing_hooks_installed`) were dropped, silently: they are replayed onto it.",
+    ),
+    Patch(
+        "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
+        lambda original: fixes.object_setattr_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bugs: of the attributes a function writes on an object it did not create, only the first one "
+        "written reaches the object after the call (thunder swaps the object's recorded `__dict__` for a copy at "
+        "the first write and records none of the later ones): transformers' `StaticCache` allocated in the first "
+        "compiled call kept `device` and lost its key and value tensors, so each later token got an empty cache "
+        "(wrong tokens, silently); every write is recorded and replayed. An object the function creates and "
+        "returns is rebuilt from the values its attributes had when first read, not from later writes "
+        "(transformers' `ModelOutput` returned `hidden_states=None` under `output_hidden_states=True`): a write "
+        "replaces the value thunder keeps.",
+    ),
+    Patch(
+        "ThunderModule.__getattr__", ThunderModule, "__getattr__",
+        lambda original: fixes.thunder_module_getattr(
+            original, lambda module: uses_core_executor(thunder.compile_data(module))
+        ),
+        "discover() ThunderModules",
+        "a method of the model that the ThunderModule lacks (transformers' `generate`) is found on the original "
+        "module, so `thunder.jit(model).generate(...)` ran the model uncompiled (its `self(...)` is the original "
+        "module): it is bound to a view of the model (a subclass sharing the model's `__dict__`) whose call and "
+        "`forward` are the ThunderModule's, so every call it makes is compiled.",
+    ),
+    *(
+        Patch(
+            f"{method.__name__} lookaside", _LOOKASIDES, method,
+            fixes.hook_registration_lookaside(method, interpret_call, _compiling_with_core), "discover() compilations",
+            "a module hook registered inside jitted code (transformers 5 installs its output-capturing hooks in the "
+            "first call with `output_hidden_states=True`) is registered for real, as in eager: thunder interpreted "
+            "the registration and its prologue guarded on torch's hook-handle counter, which the registration "
+            "advances, so the call failed (`Expected 8 to be equal to and have the type of 4`).",
+        )
+        for method in fixes.HOOK_REGISTRATIONS
     ),
     Patch(
         "index_put backward", backward_impls, "torch.index_put",
