@@ -1,7 +1,7 @@
 """functorch transforms inside jitted functions (thunderplug.functorch_transforms): ``torch.vmap`` runs as one op,
 torch's vmap on the real tensors, with the tensors its function captures as inputs and the TorchFunctionModes
-around it; a gradient through it and the other transforms are refused with the user's line; a failed compilation
-leaves no functorch level or mode behind. Eager is the reference everywhere."""
+around it, differentiated by torch.func.vjp of the same vmap; the other transforms are refused with the user's
+line; a failed compilation leaves no functorch level or mode behind. Eager is the reference everywhere."""
 
 import functools
 import threading
@@ -209,16 +209,44 @@ def test_calls_from_several_threads_use_their_own_tensors():
     assert not failures
 
 
-def test_a_gradient_through_vmap_is_refused_naming_the_line():
-    def f(x, w):
-        return torch.vmap(lambda a: a * w)(x).sum()
-
-    x, w = torch.randn(3, 4), torch.randn(4, requires_grad=True)
-    with pytest.raises(NotImplementedError, match=r"(?s)`torch.vmap`.*test_functorch_transforms.py:\d+.*require grad"):
-        _jit(f)(x, w)
+def _grads_as_in_eager(f, *args):
+    """Forward and every input's gradient of ``f`` jitted equal eager's (the same random cotangent)."""
+    eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    jit_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    jitted = _jit(f)
+    expected, got = f(*eager_args), jitted(*jit_args)
+    torch.testing.assert_close(got, expected)
+    backward_ops = [bsym.sym.name for bsym in thunder.last_backward_traces(jitted)[-1].bound_symbols]
+    assert "functorch_vmap_backward" in backward_ops
+    cotangent = torch.randn_like(expected)
+    expected.backward(cotangent)
+    got.backward(cotangent)
+    for eager_arg, jit_arg in zip(eager_args, jit_args):
+        if eager_arg.requires_grad:
+            assert jit_arg.grad is not None
+            torch.testing.assert_close(jit_arg.grad, eager_arg.grad)
     _eager_still_works()
-    with torch.no_grad():  # nothing to differentiate: it runs
-        torch.testing.assert_close(_jit(f)(x, w), f(x, w), rtol=0, atol=0)
+
+
+def test_gradients_through_vmap_of_arguments_and_captured_tensors():
+    def f(x, w, b):
+        shift = b.tanh()
+        return torch.vmap(lambda a: (a * w).sin() + shift)(x) * 3
+
+    _grads_as_in_eager(f, torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True), torch.randn(4))
+    _grads_as_in_eager(f, torch.randn(3, 4), torch.randn(4), torch.randn(4, requires_grad=True))
+
+
+def test_gradients_through_nested_vmaps_with_several_outputs_under_a_mode():
+    def f(x, y, w):
+        def inner(a, b):
+            return torch.add((a * b * w).exp(), a), a > b  # a boolean output beside the floating one
+
+        with _AddIsSub():
+            pairs, above = torch.vmap(torch.vmap(inner, in_dims=(None, 0)), in_dims=(0, None))(x, y)
+        return pairs.masked_fill(above, 0.0) + w
+
+    _grads_as_in_eager(f, *(torch.randn(n, requires_grad=True) for n in (3, 5, ())))
 
 
 def test_vmap_of_tensors_without_grad_in_a_function_that_trains():
@@ -285,4 +313,16 @@ def test_stock_thunder_leaves_the_vmap_level_entered():
     finally:
         while _depth() > depth:
             _leave_innermost_level()
+    _eager_still_works()
+
+
+def test_a_tensor_subclass_value_in_a_vmap_is_refused_naming_the_line():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(x):
+        return torch.vmap(lambda a: a * 2)(x)
+
+    x = TwoTensor(torch.randn(3, 4), torch.randn(3, 4))
+    with pytest.raises(NotImplementedError, match=r"(?s)`torch.vmap`.*test_functorch_transforms.py:\d+.*subclass"):
+        _jit(f)(x)
     _eager_still_works()

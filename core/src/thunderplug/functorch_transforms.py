@@ -14,9 +14,10 @@ tuples, lists and dicts, through nested closures and nested vmaps) that are prox
 at run time a copy of the function with those tensors in their places is vmapped (the user's closures are
 never changed, so calls from several threads do not interfere). The TorchFunctionModes the jitted function
 entered around the call (transformers' ``TransformGetItemToIndex``) are entered around it at run time too.
-A vmap through which a gradient would flow is refused with the user's line (no gradient is dropped
-silently), and so are the other transforms (``torch.func.grad``, ``jacrev``, ...), before any level is
-entered. Any functorch level or TorchFunctionMode a failed compilation entered is left, so the process
+Gradients flow through it: its backward, ``functorch_vmap_backward``, is ``torch.func.vjp`` of the same
+vmapped function at run time (which runs the forward again). Tensor subclass values in a vmap, and the
+other transforms (``torch.func.grad``, ``jacrev``, ...), are refused with the user's line before any level
+is entered. Any functorch level or TorchFunctionMode a failed compilation entered is left, so the process
 stays usable whatever failed.
 """
 
@@ -32,9 +33,10 @@ from typing import Any
 import torch
 import torch.func
 import torch.utils._pytree as torch_pytree
-from thunder.core import devices, dtypes
+from thunder.core import devices, dtypes, prims
 from thunder.core.interpreter import do_raise, interpreter_needs_wrap
 from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.transforms import register_grad
 from thunder.executors.pythonex import ex as pythonex
 
 from thunderplug.aten import user_location
@@ -119,18 +121,74 @@ def _meta(call: VmapCall, *tensors: TensorProxy) -> Any:
             f"computed): {type(error).__name__}: {error}. Tensors it uses must be arguments, or captured in "
             "closures, defaults, functools.partial, tuples, lists or dicts."
         ) from error
-    return torch_pytree.tree_map(_proxy_like, result)
+    differentiable = grad_enabled() and any(t.requires_grad and _inexact(t) for t in tensors)
+    return torch_pytree.tree_map(lambda value: _proxy_like(value, differentiable), result)
 
 
-def _proxy_like(value: Any) -> Any:
+def _proxy_like(value: Any, differentiable: bool) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
-    return TensorProxy(shape=tuple(value.shape), device=devices.to_device(value.device),
-                       dtype=dtypes.to_dtype(value.dtype), requires_grad=False)
+    dtype = dtypes.to_dtype(value.dtype)
+    return TensorProxy(shape=tuple(value.shape), device=devices.to_device(value.device), dtype=dtype,
+                       requires_grad=differentiable and dtypes.is_inexact_dtype(dtype))
+
+
+def _inexact(value: Any) -> bool:
+    return isinstance(value, TensorProxy) and dtypes.is_inexact_dtype(value.dtype)
 
 
 #: the op a vmap call inside a discover() compilation becomes: torch's vmap on the real tensors
 functorch_vmap = pythonex.register_operator("functorch_vmap", meta=_meta, fn=_run)
+
+
+# -- gradients: torch.func.vjp of the same vmapped function, at run time --------------------------------
+
+
+def _floating_outputs(result: Any) -> list:
+    return [o for o in torch_pytree.tree_leaves(result) if isinstance(o, torch.Tensor) and o.is_floating_point()]
+
+
+def _backward(call: VmapCall, wanted: tuple[bool, ...], *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The gradients of the wanted inputs: ``torch.func.vjp`` of the vmapped function (which runs its forward
+    again) applied to the cotangents of its floating outputs."""
+    tensors, cotangents = list(values[: len(wanted)]), values[len(wanted):]
+    chosen = [i for i, want in enumerate(wanted) if want]
+
+    def forward(*differentiated: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        inputs = list(tensors)
+        for i, value in zip(chosen, differentiated):
+            inputs[i] = value
+        return tuple(_floating_outputs(call.on(tuple(inputs))))
+
+    _, pullback = torch.func.vjp(forward, *[tensors[i] for i in chosen])
+    return tuple(pullback(tuple(cotangents)))
+
+
+def _backward_meta(call: VmapCall, wanted: tuple[bool, ...], *values: TensorProxy) -> tuple[TensorProxy, ...]:
+    return tuple(TensorProxy(like=t, requires_grad=False) for t, want in zip(values, wanted) if want)
+
+
+functorch_vmap_backward = pythonex.register_operator(
+    "functorch_vmap_backward", meta=_backward_meta, fn=_backward
+)
+
+
+def _grad_rule(call: VmapCall, *tensors: TensorProxy) -> Any:
+    """``functorch_vmap``, then ``functorch_vmap_backward`` for the cotangents of its floating outputs."""
+    result = functorch_vmap(call, *tensors)
+    outputs = [o for o in torch_pytree.tree_leaves(result) if _inexact(o)]
+    wanted = tuple(_inexact(t) for t in tensors)
+    if not outputs or not any(wanted):
+        return result
+    cotangents = [prims.get_grad(o) for o in outputs]
+    grads = iter(functorch_vmap_backward(call, wanted, *tensors, *cotangents))
+    for tensor, want in zip(tensors, wanted):
+        if want:
+            prims.put_grad(tensor, next(grads))
+    return result
+
+
+register_grad(functorch_vmap.id, _grad_rule)
 
 
 def _substituted(value: Any, swap: Callable[[TensorProxy], Any], memo: dict[int, Any]) -> Any:
@@ -228,17 +286,16 @@ def vmap_lookaside(interpret: Callable[..., Any], active: Callable[[], bool]) ->
 
 def call_lookaside(interpret: Callable[..., Any], active: Callable[[], bool]) -> Callable[[Any], Callable[..., Any]]:
     """Calling a :class:`Vmapped` in jitted code records ``functorch_vmap``, or refuses the call, with the
-    user's line, when a gradient would flow through it."""
+    user's line, when tensor subclass values would go through it."""
     unlooked = _unlooked(Vmapped.__call__)
 
     def record(vmapped: Vmapped, *args: Any, **kwargs: Any) -> Any:
         call = VmapCall(vmapped, args, kwargs, _modes_entered_inside(), user_location())
-        if grad_enabled() and any(p.requires_grad and dtypes.is_inexact_dtype(p.dtype) for p in call.inputs):
-            differentiable = [p.name for p in call.inputs if p.requires_grad]
+        subclasses = [p.name for p in call.inputs if type(p) is not TensorProxy]
+        if subclasses:
             raise NotImplementedError(
-                f"`torch.vmap` of {call!r}{call.location}: {', '.join(differentiable)} require grad, and thunderplug "
-                "does not differentiate through torch.vmap (the gradient would be lost). Compute it under "
-                "torch.no_grad() or on detached tensors, or apply torch.vmap outside the jitted function."
+                f"`torch.vmap` of {call!r}{call.location}: {', '.join(subclasses)} are tensor subclass values, which "
+                "thunderplug does not run through torch.vmap. Apply torch.vmap outside the jitted function."
             )
         return functorch_vmap(call, *call.inputs)
 

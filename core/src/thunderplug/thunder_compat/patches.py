@@ -220,8 +220,8 @@ PATCHES: tuple[Patch, ...] = (
         functorch_transforms.call_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
         "calling a `Vmapped` records `functorch_vmap`: its inputs are the call's tensors and those the function "
         "captures (closures, nested vmaps), its outputs' metadata comes from the same vmap on FakeTensors, and the "
-        "TorchFunctionModes the function entered around the call are entered around it at run time; refused, with "
-        "the user's line, when a gradient would flow through it.",
+        "TorchFunctionModes the function entered around the call are entered around it at run time; its gradient "
+        "is `torch.func.vjp` of the same vmap at run time. Refused, with the user's line, for tensor subclass values.",
     ),
     *(
         Patch(
