@@ -361,8 +361,7 @@ def levels_left_on_failure(original: Callable[..., Any], active: Callable[[], bo
         try:
             return original(*args, **kwargs)
         except BaseException:
-            while _depth() > depth:
-                _leave_innermost_level()
+            leave_levels_above(depth)
             while torch._C._len_torch_function_stack() > modes:
                 torch._C._pop_torch_function_stack()
             raise
@@ -370,6 +369,16 @@ def levels_left_on_failure(original: Callable[..., Any], active: Callable[[], bo
             _modes_at_start.depth = outer
 
     return replacement
+
+
+def leave_levels_above(depth: int = 0) -> int:
+    """Leave the functorch levels entered above ``depth`` (stock thunder leaves one entered when it fails
+    inside ``torch.vmap``; eager code run next then fails); returns how many were left."""
+    left = 0
+    while _depth() > depth:
+        _leave_innermost_level()
+        left += 1
+    return left
 
 
 def _depth() -> int:
