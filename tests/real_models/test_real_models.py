@@ -141,6 +141,8 @@ def _static_cache(model: torch.nn.Module, batch: int, length: int):
 
 
 PROMPT, NEW_TOKENS = 8, 16
+#: generate()'s argument for a cache the caller made (transformers 5 renamed it)
+_CACHE_ARGUMENT = "past_key_values" if transformers.__version__.startswith("4.") else "cache"
 
 
 def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> tuple[torch.Tensor, int]:
@@ -151,7 +153,7 @@ def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> 
     ids = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, eos_token_id=None)
     if preallocated:
-        options["cache"] = _static_cache(model, 1, PROMPT + NEW_TOKENS)
+        options[_CACHE_ARGUMENT] = _static_cache(model, 1, PROMPT + NEW_TOKENS)
     else:
         options["cache_implementation"] = "static"
     jitted = None
