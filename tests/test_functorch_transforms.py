@@ -326,3 +326,23 @@ def test_a_tensor_subclass_value_in_a_vmap_is_refused_naming_the_line():
     with pytest.raises(NotImplementedError, match=r"(?s)`torch.vmap`.*test_functorch_transforms.py:\d+.*subclass"):
         _jit(f)(x)
     _eager_still_works()
+
+
+class _Doubles(torch.overrides.TorchFunctionMode):
+    """Not idempotent: entered twice, results are multiplied by four."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        return result * 2 if func is torch.Tensor.sin else result
+
+
+def test_a_mode_applies_once_at_trace_time_and_at_run_time_forward_and_backward():
+    def f(x):
+        with _Doubles():
+            y = torch.vmap(lambda a: a.sin())(x)
+        return y
+
+    x = torch.randn(3, 4, requires_grad=True)
+    torch.testing.assert_close(f(x), x.sin() * 2)
+    _grads_as_in_eager(f, x)
+    _grads_as_in_eager(lambda x, w: torch.vmap(lambda a: a * w)(x).sum(dim=0), x, torch.randn(4, requires_grad=True))

@@ -58,10 +58,10 @@ class Vmapped:
 
     __slots__ = ("fn", "in_dims", "out_dims", "randomness", "chunk_size", "__weakref__")
 
-    def __init__(self, fn: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0, randomness: str = "error",
-                 *, chunk_size: int | None = None):
+    def __init__(self, func: Callable[..., Any], in_dims: Any = 0, out_dims: Any = 0, randomness: str = "error",
+                 *, chunk_size: int | None = None):  # torch.vmap's signature
         self.fn, self.in_dims, self.out_dims, self.randomness, self.chunk_size = (
-            fn, in_dims, out_dims, randomness, chunk_size
+            func, in_dims, out_dims, randomness, chunk_size
         )
 
     def eager(self) -> Callable[..., Any]:
@@ -75,9 +75,9 @@ class Vmapped:
 
 
 class VmapCall:
-    """One recorded vmap call: the :class:`Vmapped`, the call's arguments with their tensors taken out,
-    the proxies that are the op's tensor inputs (arguments first, then captured tensors) and the
-    TorchFunctionModes to enter. ``run`` is the op at run time; ``on(tensors)`` the same on fakes."""
+    """One recorded vmap call: the :class:`Vmapped`, the call's arguments, the proxies that are the op's
+    tensor inputs (arguments first, then captured tensors) and the TorchFunctionModes to enter. ``on(tensors)``
+    runs it: on the real tensors at run time, on FakeTensors for its outputs' metadata."""
 
     def __init__(self, vmapped: Vmapped, args: tuple, kwargs: dict, modes: tuple, location: str):
         self.vmapped, self.modes, self.location = vmapped, modes, location
@@ -98,9 +98,11 @@ class VmapCall:
         args, kwargs = torch_pytree.tree_unflatten(
             [swap(x) if isinstance(x, TensorProxy) else x for x in self.leaves], self.spec
         )
+        active = torch.overrides._get_current_function_mode_stack()
         with contextlib.ExitStack() as stack:
             for mode in self.modes:
-                stack.enter_context(mode)
+                if not any(mode is other for other in active):  # while thunder interprets the block, it is
+                    stack.enter_context(mode)
             return vmapped.eager()(*args, **kwargs)
 
     def __repr__(self) -> str:
