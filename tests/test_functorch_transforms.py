@@ -96,6 +96,14 @@ class _AddIsSub(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _Doubles(torch.overrides.TorchFunctionMode):
+    """Not idempotent: entered twice, results are multiplied by four."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        return result * 2 if func is torch.Tensor.sin else result
+
+
 def test_the_torch_function_modes_entered_around_the_call_apply_at_run_time():
     def f(x, y):
         with _AddIsSub():
@@ -109,14 +117,17 @@ def test_the_torch_function_modes_entered_around_the_call_apply_at_run_time():
     _eager_still_works()
 
 
-def test_a_mode_entered_before_the_call_of_the_jitted_function_is_not_entered_again():
+def test_a_mode_the_caller_entered_is_not_part_of_the_compilation():
     def f(x):
-        return torch.vmap(lambda a: a.sum())(x)
+        return torch.vmap(lambda a: a.sin())(x)
 
     jitted, x = _jit(f), torch.randn(3, 4)
-    with TransformGetItemToIndex():
-        torch.testing.assert_close(jitted(x), x.sum(1))
-    torch.testing.assert_close(jitted(x), x.sum(1))
+    with _Doubles():  # compiled under it: eager applies it, and so does torch's vmap at run time
+        expected, got = f(x), jitted(x)
+    torch.testing.assert_close(expected, x.sin() * 2, rtol=0, atol=0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(jitted(x), x.sin(), rtol=0, atol=0)  # the same compilation, without the mode
+    assert thunder.cache_misses(jitted) == 1
 
 
 @pytest.mark.parametrize(
@@ -295,8 +306,8 @@ def test_a_level_entered_before_a_failure_is_left():
 
 def test_a_mode_entered_before_a_failure_is_left():
     def fails_inside_a_mode(x):
-        with _AddIsSub():
-            raise ValueError("failed inside a mode")
+        _AddIsSub().__enter__()  # thunder enters it for real; a `with` block would leave it on the way out
+        raise ValueError("failed inside a mode")
 
     with pytest.raises(ValueError, match="failed inside a mode"):
         _jit(fails_inside_a_mode)(torch.randn(2))
@@ -326,14 +337,6 @@ def test_a_tensor_subclass_value_in_a_vmap_is_refused_naming_the_line():
     with pytest.raises(NotImplementedError, match=r"(?s)`torch.vmap`.*test_functorch_transforms.py:\d+.*subclass"):
         _jit(f)(x)
     _eager_still_works()
-
-
-class _Doubles(torch.overrides.TorchFunctionMode):
-    """Not idempotent: entered twice, results are multiplied by four."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        return result * 2 if func is torch.Tensor.sin else result
 
 
 def test_a_mode_applies_once_at_trace_time_and_at_run_time_forward_and_backward():
