@@ -14,8 +14,9 @@ import torch
 
 from tests.real_models.cases import BY_NAME, CASES, GENERATORS, generator
 from tests.real_models.harness import compare, compiler, fresh, train
+from thunderplug.functorch_transforms import leave_levels_above
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 pytest.importorskip("litgpt")
 
 ALL = os.environ.get("THUNDERPLUG_REAL_MODELS", "").lower() in ("1", "true", "yes", "on")
@@ -33,6 +34,13 @@ STOCK_FAILS = {
     name: "transformers' output capturing sets a global (`AssertionError: trying to set .global_var`)"
     for name in ("hf_llama", "hf_qwen2", "hf_mistral", "hf_gpt2", "hf_bert", "hf_vit")
 }
+if transformers.__version__.startswith("4."):  # measured with transformers 4.57.6 (README, "Torch versions")
+    STOCK_FAILS = {
+        **{name: "transformers 4's attention masks use torch.vmap, which stock thunder cannot trace "
+           "(`_add_batch_dim(): incompatible function arguments`)" for name in ("hf_llama", "hf_qwen2", "hf_mistral",
+                                                                              "hf_gpt2")},
+        "hf_bert": STOCK_FAILS["hf_bert"],
+    }
 
 
 def _cases(selected: tuple[str, ...] = DEFAULT) -> list:
@@ -66,6 +74,7 @@ def test_fp32_training_under_stock_thunder(name, eager_runs):
     if name in STOCK_FAILS:
         with pytest.raises(Exception):  # noqa: B017 - recorded below with its reason
             train(fresh(model), BY_NAME[name].batch(), "stock", steps=1)
+        leave_levels_above(0)  # stock thunder leaves transformers 4's vmap level entered: later tests would fail
         pytest.xfail(f"stock thunder: {STOCK_FAILS[name]}")
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "stock"), expected)
     if agreement.worst > FP32_TOLERANCE:
@@ -132,6 +141,8 @@ def _static_cache(model: torch.nn.Module, batch: int, length: int):
 
 
 PROMPT, NEW_TOKENS = 8, 16
+#: generate()'s argument for a cache the caller made (transformers 5 renamed it)
+_CACHE_ARGUMENT = "past_key_values" if transformers.__version__.startswith("4.") else "cache"
 
 
 def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> tuple[torch.Tensor, int]:
@@ -141,7 +152,7 @@ def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> 
     ids = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, eos_token_id=None)
     if preallocated:
-        options["cache"] = _static_cache(model, 1, PROMPT + NEW_TOKENS)
+        options[_CACHE_ARGUMENT] = _static_cache(model, 1, PROMPT + NEW_TOKENS)
     else:
         options["cache_implementation"] = "static"
     jitted = None

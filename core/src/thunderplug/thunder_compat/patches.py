@@ -194,12 +194,13 @@ PATCHES: tuple[Patch, ...] = (
         "and what to do.",
     ),
     Patch(
-        "functorch levels left on failure", thunder, "thunder_general_jit",
+        "functorch levels and modes left on failure", thunder, "thunder_general_jit",
         lambda original: functorch_transforms.levels_left_on_failure(original, _compiling_with_core),
         "discover() compilations",
-        "a jitted function that fails inside a functorch transform (thunder interprets `torch.vmap`, enters a "
-        "level, then fails on a proxy) leaves the process inside it, and eager code run next fails: every level "
-        "a failed interpretation entered is left.",
+        "a jitted function that fails inside a functorch transform (stock thunder interprets `torch.vmap`, enters "
+        "a level, then fails on a proxy) or inside a `with` block of a TorchFunctionMode (thunder enters it for "
+        "real) leaves the process inside it, and eager code run next fails: every level and mode a failed "
+        "interpretation entered is left. Notes which modes were entered before the function (not its own).",
     ),
     Patch(
         "hooks of failed interpretations removed", thunder, "thunder_general_jit",
@@ -216,14 +217,29 @@ PATCHES: tuple[Patch, ...] = (
         "tensor's value being read, with the function that asked answered True (once per function and process; "
         "at most 8 per compilation).",
     ),
+    Patch(
+        "torch.vmap lookaside", _LOOKASIDES, torch.vmap,
+        functorch_transforms.vmap_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        "`torch.vmap(f, ...)` returns a `Vmapped`, whose call is one op that runs torch's vmap on the real tensors "
+        "(thunder interprets functorch's code, enters a level, then fails on a proxy).",
+    ),
+    Patch(
+        "Vmapped call lookaside", _LOOKASIDES, functorch_transforms.Vmapped.__call__,
+        functorch_transforms.call_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        "calling a `Vmapped` records `functorch_vmap`: its inputs are the call's tensors and those the function "
+        "captures (closures, nested vmaps), its outputs' metadata comes from the same vmap on FakeTensors, and the "
+        "TorchFunctionModes the function entered around the call are entered around it at run time; its gradient "
+        "is `torch.func.vjp` of the same vmap at run time. Refused, with the user's line, for tensor subclass values.",
+    ),
     *(
         Patch(
             f"{name} lookaside", _LOOKASIDES, transform,
             functorch_transforms.refusal(name, interpret_call, _compiling_with_core), "discover() compilations",
-            "functorch transforms are refused where they are called, with the user's line and what to do, "
-            "before any functorch level is entered (thunder cannot trace them).",
+            "functorch transforms other than `torch.vmap` are refused where they are called, with the user's line "
+            "and what to do, before any functorch level is entered (thunder cannot trace them).",
         )
         for name, transform in functorch_transforms.TRANSFORMS.items()
+        if name != "torch.vmap"
     ),
     Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
