@@ -34,8 +34,9 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   otherwise the model compiles whole, as before. Blocks that keep their index without reading it
   (transformers' ``layer_idx``, litgpt's ``block_idx``) are of one structure (numbers and strings count
   by type: the prologue checks the values the program reads); a block whose forward reads another
-  value compiles its own. A block region refuses arguments that are objects it may write to (a
-  transformers cache: thunder 0.2.6 drops the writes, silently), :func:`_refusing_objects`.
+  value compiles its own. A call that hands a block an object it may write to (a transformers
+  cache) runs the model as one trace instead (:func:`_whole_model_for_objects`): a region's writes
+  to an argument object are not carried back the way the one trace's are.
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
@@ -225,7 +226,7 @@ class Regions:
     def _jit(slot: Slot, root: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Module:
         compiled = thunder.jit(slot.module, **options)
         if not needs_regions(root):  # a repeated block: the model's own code calls it with what it likes
-            compiled._forward_fn = _refusing_objects(compiled._forward_fn, slot, type(root).__name__)
+            compiled._forward_fn = _whole_model_for_objects(compiled._forward_fn)
         return compiled
 
     def stale(self) -> bool:
@@ -261,22 +262,21 @@ class Regions:
         )
 
 
-def _refusing_objects(call: Callable[..., Any], slot: Slot, root: str) -> Callable[..., Any]:
-    """A block region's call, refusing arguments that are objects of other kinds than tensors, plain
-    values and containers of them (:func:`_held_object`): thunder 0.2.6 drops the writes a traced
-    program makes to such an object's attributes, silently (transformers' ``DynamicCache``, which
-    each layer fills, would come back empty)."""
+class _ObjectArgument(Exception):
+    """A block region was handed an object it may write to: the call runs as one trace instead."""
+
+
+def _whole_model_for_objects(call: Callable[..., Any]) -> Callable[..., Any]:
+    """A block region's call that gives the call back to :func:`regional_forward` (which runs the model as
+    one trace) when an argument is an object other than tensors, plain values and containers of them
+    (:func:`_held_object`): its attributes written in the region (transformers' KV cache, filled by each
+    layer) are not carried back by thunder 0.2.6, silently, and list appends or hooks registered on the
+    blocks during the call do not fit a shared compilation either. The check runs before the block
+    computes anything, so the model's eager code before it has only been read."""
 
     def checked(*args: Any, **kwargs: Any) -> Any:
-        held = _held_object((args, kwargs))
-        if held is not None:
-            raise NotImplementedError(
-                f"thunder.jit(model, executors=discover()) compiles each repeated block of {root} as a region, "
-                f"and {slot.path} ({type(slot.module).__name__}) was called with a {type(held).__qualname__}: "
-                "thunder 0.2.6 does not carry a compiled program's writes to such an object's attributes back "
-                "(silently: a transformers cache would stay empty). Pass only tensors and plain values to the "
-                "blocks (transformers: use_cache=False for training), or run the model eagerly"
-            )
+        if _held_object((args, kwargs)) is not None:
+            raise _ObjectArgument
         return call(*args, **kwargs)
 
     return checked
@@ -318,8 +318,11 @@ def regional_forward(
                     regions = this.__dict__[_REGIONS] = _plan(model, thunder.compile_data(this), regions)
         if regions is _WHOLE:
             return compiled_call(*args, **kwargs)
-        with regions.installed():
-            result = model(*args, **kwargs)
+        try:
+            with regions.installed():
+                result = model(*args, **kwargs)
+        except _ObjectArgument:
+            return compiled_call(*args, **kwargs)
         regions.record_traces(this)
         return result
 
