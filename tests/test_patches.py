@@ -547,3 +547,48 @@ def test_direct_claims_step_aside_for_thunder_transforms(monkeypatch):
     assert not bound
     thunder.jit(fn, executors=thunderplug.discover(quiet=True))(x)
     assert bound
+
+
+def test_autograd_links_are_meta_tensors_made_without_drawing(monkeypatch):
+    """thunder links the two autograd Functions of a compiled call by a meta tensor it made with
+    ``torch.randn`` (torch's slow Python reference on meta; ~1 ms per region step): made with
+    ``torch.empty`` instead, alike in every respect; other ``randn`` calls are torch's; the
+    gradients are eager's."""
+    from thunder.executors import torch_autograd
+
+    thunderplug.discover()
+    linked = torch_autograd.torch
+    assert linked.Tensor is torch.Tensor and linked.enable_grad is torch.enable_grad
+    made = linked.randn(1, device="meta", requires_grad=True)
+    reference = torch.randn(1, device="meta", requires_grad=True)
+    assert (made.shape, made.dtype, made.device, made.requires_grad, made.is_leaf) == (
+        reference.shape, reference.dtype, reference.device, reference.requires_grad, reference.is_leaf
+    )
+    assert linked.randn(1, device=torch.device("meta")).device.type == "meta"
+    torch.manual_seed(3)
+    drawn = linked.randn(2, 3)
+    torch.manual_seed(3)
+    assert torch.equal(drawn, torch.randn(2, 3))  # not on meta: torch's own
+
+    drawn_on_meta = []
+    real_randn = torch.randn
+
+    def counting_randn(*args, **kwargs):
+        if str(kwargs.get("device")) == "meta":
+            drawn_on_meta.append(args)
+        return real_randn(*args, **kwargs)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    expected = copy.deepcopy(model)
+    x = torch.randn(3, 4, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    monkeypatch.setattr(torch, "randn", counting_randn)
+    jitted(x).square().sum().backward()
+    monkeypatch.undo()
+    expected(x_eager).square().sum().backward()
+    assert drawn_on_meta == []  # thunder's own torch.randn would have drawn two (forward, backward)
+    torch.testing.assert_close(x.grad, x_eager.grad, rtol=0, atol=0)
+    for got, want in zip(model.parameters(), expected.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=0)

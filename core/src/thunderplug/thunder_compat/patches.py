@@ -25,7 +25,7 @@ from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
-from thunder.executors import passes
+from thunder.executors import passes, torch_autograd
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autocast as thunder_autocast
@@ -158,6 +158,15 @@ PATCHES: tuple[Patch, ...] = (
         "discover() compilations",
         "thunder's interpreter disassembles a function's code (`dis.get_instructions`) every time it runs a frame "
         "of it (~7% of a float8 GPT's first call): its `dis` keeps each live code object's instructions.",
+    ),
+    Patch(
+        "autograd link tensors", torch_autograd, "torch", speedups.MetaRandnAsEmpty,
+        "always (a meta tensor has no values to differ)",
+        "thunder links the two autograd Functions of each compiled call by a one-element meta tensor made with "
+        "`torch.randn` (in the forward and in the backward), which torch makes through its Python reference "
+        "implementation (~0.1-0.5 ms each): a model whose repeated blocks are regions paid ~1 ms per block step, "
+        "the gap to its one-trace step. Such meta tensors are made with `torch.empty` (same shape, dtype, device, "
+        "`requires_grad`; no generator is drawn from on meta).",
     ),
     Patch(
         "ThunderModule.__init__", ThunderModule, "__init__", distributed.thunder_module_init,
