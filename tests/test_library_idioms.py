@@ -2,6 +2,7 @@
 than eager, each alone, forward and backward against eager (thunder_compat.fixes)."""
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 
 import pytest
@@ -337,3 +338,74 @@ def test_stock_thunder_drops_attributes_written_on_the_jitted_module():
     model = _SetsFlag()
     thunder.jit(model)(torch.randn(2, 4))
     assert not hasattr(model, "first")
+
+
+HOOK_SCALE = 2.0  # read by _scaling_hook: the prologue guards it through the module's hook table
+
+
+def _scaling_hook(module, args, output):
+    return output * HOOK_SCALE
+
+
+def _hooked_linear():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 4)
+    module.register_forward_hook(_scaling_hook)
+    return module
+
+
+def test_a_hook_of_the_jitted_module_reading_a_global_as_eager(monkeypatch):
+    """Its table is read from the module (thunder read the ThunderModule's, empty: ``KeyError``), and the
+    guard on the global it reads holds: a new value compiles again."""
+    module, x = _hooked_linear(), torch.randn(2, 4, requires_grad=True)
+    jitted = thunder.jit(module, executors=thunderplug.discover(quiet=True))
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), module(x), rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(jitted(x).sum(), x)
+    (expected,) = torch.autograd.grad(module(x).sum(), x)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=0)
+    assert thunder.cache_misses(jitted) == 1
+    monkeypatch.setattr(sys.modules[__name__], "HOOK_SCALE", 3.0)
+    torch.testing.assert_close(jitted(x), module(x), rtol=0, atol=0)
+    assert thunder.cache_misses(jitted) == 2
+
+
+def test_stock_thunder_fails_on_a_hook_of_the_jitted_module_reading_a_global():
+    with pytest.raises(KeyError):
+        thunder.jit(_hooked_linear())(torch.randn(2, 4))
+
+
+class _LazyBuffer:
+    """Allocates on first use from the input's dtype (transformers 4.57's ``StaticLayer``)."""
+
+    def __init__(self):
+        self.ready = False
+
+    def fill(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.ready:
+            self.dtype, self.kind = x.dtype, "lazy"
+            self.store = torch.zeros_like(x)
+            self.ready = True
+        self.store.add_(x)
+        return x * 2
+
+
+def _fill(x, buffer):
+    return buffer.fill(x)
+
+
+def test_dtype_and_string_attributes_written_on_an_argument_reach_it():
+    x = torch.randn(3, dtype=torch.float64)
+    jitted = thunder.jit(_fill, executors=thunderplug.discover(quiet=True))
+    for _ in range(2):  # a fresh object each call: the cached program writes them too
+        ours, theirs = _LazyBuffer(), _LazyBuffer()
+        torch.testing.assert_close(jitted(x, ours), _fill(x, theirs), rtol=0, atol=0)
+        assert (ours.dtype, ours.kind, ours.ready) == (torch.float64, "lazy", True)
+        assert type(ours.dtype) is torch.dtype
+        torch.testing.assert_close(ours.store, theirs.store, rtol=0, atol=0)
+    assert thunder.cache_misses(jitted) == 1
+
+
+def test_stock_thunder_fails_on_a_dtype_attribute_written_on_an_argument():
+    with pytest.raises(AssertionError, match="trying to set .dtype"):
+        thunder.jit(_fill)(torch.randn(3), _LazyBuffer())

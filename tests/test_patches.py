@@ -559,6 +559,9 @@ def test_autograd_links_are_meta_tensors_made_without_drawing(monkeypatch):
     thunderplug.discover()
     linked = torch_autograd.torch
     assert linked.Tensor is torch.Tensor and linked.enable_grad is torch.enable_grad
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "enable_grad", "patched later")
+        assert linked.enable_grad == "patched later"  # read through, never a stale copy
     made = linked.randn(1, device="meta", requires_grad=True)
     reference = torch.randn(1, device="meta", requires_grad=True)
     assert (made.shape, made.dtype, made.device, made.requires_grad, made.is_leaf) == (

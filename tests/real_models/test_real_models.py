@@ -195,6 +195,11 @@ def _hidden_states_run(model: torch.nn.Module, fn, ids: torch.Tensor):
 
 
 @pytest.mark.skipif(not ALL, reason="THUNDERPLUG_REAL_MODELS=1 runs it (~30 s; the idioms: test_library_idioms.py)")
+@pytest.mark.xfail(
+    transformers.__version__.startswith("4."), strict=True, raises=AssertionError,
+    reason="transformers 4.57 sets each layer's `forward` to a capturing wrapper inside the call; thunder 0.2.6 "
+    "cannot record that write (`AssertionError: trying to set .forward`; loudly, stock thunder too)",
+)
 def test_output_hidden_states_under_discover():
     """transformers 5 installs forward hooks in the first call that asks for hidden states (here the compiled
     one) and sets them on its output after the forward: every hidden state is eager's, and so are the
@@ -228,7 +233,7 @@ def test_generate_on_the_thunder_module(preallocated):
     results = []
     for compile_with in ("eager", "discover"):
         model = generator("hf_llama")
-        cache = dict(cache=_static_cache(model, 1, PROMPT + NEW_TOKENS)) if preallocated else dict(
+        cache = {_CACHE_ARGUMENT: _static_cache(model, 1, PROMPT + NEW_TOKENS)} if preallocated else dict(
             cache_implementation="static")
         fn = compiler(compile_with)(model)
         with torch.no_grad():

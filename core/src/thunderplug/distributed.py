@@ -65,6 +65,7 @@ class LiveParameters(dict):
         self._captured = set(captured)
         self._live = live
         self._is_live: bool | None = None
+        self.replaced = False  # a name assigned or removed since creation (a transform's own parameters)
 
     def _reads_through(self) -> bool:
         if self._is_live is None:
@@ -87,11 +88,18 @@ class LiveParameters(dict):
 
     def __setitem__(self, name: str, value: Any) -> None:
         self._captured.discard(name)
+        self.replaced = True
         dict.__setitem__(self, name, value)
 
     def __delitem__(self, name: str) -> None:
         self._captured.discard(name)
+        self.replaced = True
         dict.__delitem__(self, name)
+
+    def clear(self) -> None:
+        self._captured.clear()
+        self.replaced = True
+        dict.clear(self)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for name, value in dict(*args, **kwargs).items():
@@ -161,7 +169,9 @@ def thunder_module_init(original: Callable[..., None]) -> Callable[..., None]:
             self, lambda captured: LiveParameters(model, captured, _always if hoisted else by_thunderplug)
         )
         if regions.may_have_regions(model):
-            self._forward_fn = regions.regional_forward(self, model, compiled_model_call, by_thunderplug)
+            self._forward_fn = regions.regional_forward(
+                self, model, compiled_model_call, by_thunderplug, lambda: self._overrides_parameters.replaced
+            )
             if (ddp_no_sync := regions.ddp_no_sync(model)) is not None:
                 self.no_sync = _either(ddp_no_sync, self.no_sync, by_thunderplug)
 

@@ -34,9 +34,9 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   otherwise the model compiles whole, as before. Blocks that keep their index without reading it
   (transformers' ``layer_idx``, litgpt's ``block_idx``) are of one structure (numbers and strings count
   by type: the prologue checks the values the program reads); a block whose forward reads another
-  value compiles its own. A call that hands a block an object it may write to (a transformers
-  cache) runs the model as one trace instead (:func:`_whole_model_for_objects`): a region's writes
-  to an argument object are not carried back the way the one trace's are.
+  value compiles its own. A call while a block has hooks of its own runs the model as one trace
+  (:meth:`Regions.hooked`); once a call hands a block an object it may write to (a transformers
+  cache), the model runs as one trace from then on (:func:`_whole_model_when_unfit`).
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
@@ -63,7 +63,7 @@ import thunder
 import torch
 
 from thunderplug import reuse
-from thunderplug.thunder_compat import jit_options, set_last_traces
+from thunderplug.thunder_compat import jit_options, record_call
 
 _REGIONS = "_thunderplug_regions"
 _WHOLE = "whole"  # stored under _REGIONS: the model compiles whole (no regions worth having)
@@ -221,12 +221,21 @@ class Regions:
         }
         self._lock = threading.Lock()
         self._calls = 0  # calls running with the regions installed (threads, re-entrant calls)
+        self.shared_blocks = not needs_regions(root)  # the model's own repeated blocks, not DDP's or FSDP2's
+
+    def hooked(self) -> bool:
+        """A repeated block has hooks of its own or a ``forward`` set on it (transformers 5 registers
+        forward hooks on each layer for ``output_hidden_states``, 4.57 wraps each layer's ``forward``): a
+        region's trace would run them with the model's eager objects (a collector list, written inside a
+        trace: thunder 0.2.6 leaves proxies in it), so the call runs the model as one trace. DDP's and
+        FSDP2's regions handle their hooks themselves."""
+        return self.shared_blocks and any(_call_wrapped(slot.module) for slot in self.slots)
 
     @staticmethod
     def _jit(slot: Slot, root: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Module:
         compiled = thunder.jit(slot.module, **options)
         if not needs_regions(root):  # a repeated block: the model's own code calls it with what it likes
-            compiled._forward_fn = _whole_model_for_objects(compiled._forward_fn)
+            compiled._forward_fn = _whole_model_when_unfit(compiled._forward_fn, slot.module)
         return compiled
 
     def stale(self) -> bool:
@@ -253,33 +262,58 @@ class Regions:
                     for slot in self.slots:
                         slot.parent._modules[slot.name] = slot.module
 
-    def record_traces(self, root_compiled: Any) -> None:
+    def compilations(self) -> int:
+        return sum(thunder.cache_misses(c) for c in self.compiled.values())
+
+    def record_call(self, root_compiled: Any, compilations_before: int) -> None:
+        """The root's statistics as thunder keeps them for a call it compiled whole: the regions' last
+        traces (one per region), and the call as a cache miss when a region compiled in it."""
         stats = [thunder.compile_stats(c) for c in self.compiled.values()]
-        set_last_traces(
+        record_call(
             root_compiled,
+            [s.last_prologue_traces[-1] for s in stats if s.last_prologue_traces],
             [s.last_traces[-1] for s in stats if s.last_traces],
             [s.last_backward_traces[-1] for s in stats if s.last_backward_traces],  # none under no_grad
+            compiled_anything=self.compilations() != compilations_before,
         )
 
 
-class _ObjectArgument(Exception):
-    """A block region was handed an object it may write to: the call runs as one trace instead."""
+class _RunWhole(Exception):
+    """A block region cannot run this call: the model runs as one trace instead (``from_now_on``: the
+    later calls too)."""
+
+    def __init__(self, from_now_on: bool):
+        super().__init__()
+        self.from_now_on = from_now_on
 
 
-def _whole_model_for_objects(call: Callable[..., Any]) -> Callable[..., Any]:
-    """A block region's call that gives the call back to :func:`regional_forward` (which runs the model as
-    one trace) when an argument is an object other than tensors, plain values and containers of them
-    (:func:`_held_object`): its attributes written in the region (transformers' KV cache, filled by each
-    layer) are not carried back by thunder 0.2.6, silently, and list appends or hooks registered on the
-    blocks during the call do not fit a shared compilation either. The check runs before the block
-    computes anything, so the model's eager code before it has only been read."""
+def _whole_model_when_unfit(call: Callable[..., Any], block: torch.nn.Module) -> Callable[..., Any]:
+    """A block region's call that gives the call back to :func:`regional_forward` when
+
+    * the block has hooks of its own or a ``forward`` set on it, by the model's code in this call
+      (transformers does for ``output_hidden_states``): see :meth:`Regions.hooked`;
+    * an argument is an object other than tensors, plain values and containers of them
+      (:func:`_held_object`): its attributes written in the region (transformers' KV cache, filled by each
+      layer) are not carried back by thunder 0.2.6, silently, and list appends on it do not fit a shared
+      compilation either.
+
+    The check runs before the block computes anything."""
 
     def checked(*args: Any, **kwargs: Any) -> Any:
+        if _call_wrapped(block):
+            raise _RunWhole(from_now_on=False)
         if _held_object((args, kwargs)) is not None:
-            raise _ObjectArgument
+            raise _RunWhole(from_now_on=True)
         return call(*args, **kwargs)
 
     return checked
+
+
+def _call_wrapped(module: torch.nn.Module) -> bool:
+    """The module's call runs more than its class's code: hooks of its own, or a ``forward`` set on the
+    instance (transformers 4.57 wraps each layer's ``forward`` for ``output_hidden_states``)."""
+    state = module.__dict__
+    return "forward" in state or any(state.get(table) for table in reuse.HOOK_TABLES)
 
 
 def _held_object(value: Any) -> Any:
@@ -299,10 +333,13 @@ def regional_forward(
     model: torch.nn.Module,
     compiled_call: Callable[..., Any],
     by_thunderplug: Callable[[], bool | None],
+    parameters_replaced: Callable[[], bool],
 ) -> Callable[..., Any]:
     """The ``_forward_fn`` of ``thunder.jit(model)`` for a ``model`` that :func:`needs_regions`: in
     ``discover()`` compilations, ``model`` runs eagerly with its regions compiled; otherwise thunder's
-    ``compiled_call`` (stock behaviour)."""
+    ``compiled_call`` (stock behaviour). A model whose ThunderModule has parameters of its own
+    (``parameters_replaced``: a thunder transform, or the user, assigned to ``_overrides_parameters``,
+    which only the root's trace reads) and no distributed regions runs as one trace."""
     module_ref = weakref.ref(thunder_module)
     lock = threading.Lock()
 
@@ -316,15 +353,20 @@ def regional_forward(
                 regions = this.__dict__.get(_REGIONS)
                 if regions is None or (regions is not _WHOLE and regions.stale()):
                     regions = this.__dict__[_REGIONS] = _plan(model, thunder.compile_data(this), regions)
-        if regions is _WHOLE:
+        if regions is _WHOLE or regions.hooked() or (regions.shared_blocks and parameters_replaced()):
             return compiled_call(*args, **kwargs)
+        compilations_before = regions.compilations()
         try:
             with regions.installed():
                 result = model(*args, **kwargs)
-        except _ObjectArgument:
-            return compiled_call(*args, **kwargs)
-        regions.record_traces(this)
-        return result
+        except _RunWhole as unfit:
+            if unfit.from_now_on:
+                this.__dict__[_REGIONS] = _WHOLE
+        else:
+            regions.record_call(this, compilations_before)
+            return result
+        # outside the handler: an error of the one trace is not shown as raised while handling _RunWhole
+        return compiled_call(*args, **kwargs)  # the model's eager code before the block ran once more
 
     return forward
 

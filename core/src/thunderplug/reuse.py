@@ -37,7 +37,8 @@ from thunderplug.thunder_compat import debug_option_values
 MAX_PER_STRUCTURE = 8
 _DEPTH = 6  # nesting of attribute values looked into; deeper ones are compared by identity
 _MODULE_TABLES = {"_parameters", "_buffers", "_modules"}
-_HOOK_TABLES = frozenset(
+#: a module's hook tables (a module with hooks is its own structure)
+HOOK_TABLES = frozenset(
     {
         "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
         "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
@@ -148,11 +149,11 @@ def structure_of(module: torch.nn.Module) -> Hashable:
         index = seen[id(m)] = len(nodes)
         nodes.append(None)
         state = m.__dict__
-        hooked = any(state.get(name) for name in _HOOK_TABLES)
+        hooked = any(state.get(name) for name in HOOK_TABLES)
         attrs = tuple(
             (name, _attribute_key(name, value, seen))
             for name, value in state.items()
-            if name not in _MODULE_TABLES and name not in _HOOK_TABLES and name not in _STATE_DICT_HOOKS
+            if name not in _MODULE_TABLES and name not in HOOK_TABLES and name not in _STATE_DICT_HOOKS
         )
         tables = tuple(
             tuple((name, _tensor_key(t, tensors, storages)) for name, t in state.get(table, {}).items())

@@ -138,12 +138,19 @@ def jit_options(compile_data: Any) -> dict[str, Any]:
     }
 
 
-def set_last_traces(compiled: Any, forward: list, backward: list) -> None:
-    """What ``thunder.last_traces`` / ``last_backward_traces`` of ``compiled`` return next."""
+def record_call(compiled: Any, prologue: list, forward: list, backward: list, *, compiled_anything: bool) -> None:
+    """thunder's statistics of ``compiled`` after a call that its regions ran: what
+    ``thunder.last_prologue_traces`` / ``last_traces`` / ``last_backward_traces`` return next, and the call
+    counted, as a cache miss if it compiled anything (``thunder.cache_misses`` counts compilations)."""
     import thunder
 
     stats = thunder.compile_stats(compiled)
-    stats.last_traces, stats.last_backward_traces = forward, backward
+    stats.last_prologue_traces, stats.last_traces, stats.last_backward_traces = prologue, forward, backward
+    stats.calls += 1
+    if compiled_anything:
+        stats.cache_misses += 1
+    else:
+        stats.cache_hits += 1
 
 
 def debug_option_values(options: Any) -> dict[str, Any]:

@@ -325,12 +325,50 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
         local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
         for obj in writes:
             _write_back_to_the_jitted_module(obj)
+        replayed = {obj: writes[obj] for obj in writes}
+        for obj in writes:
+            writes[obj] = _replay_plain_attributes(obj, writes[obj], epilogue_trace)
         try:
             return original(ctx, epilogue_trace)
         finally:
+            writes.update(replayed)
             writes.update(local)
 
     return replacement
+
+
+def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trace: Any) -> list:
+    """thunder replays an attribute write only when the value is a proxy, a number, a tuple, ``None`` or a
+    device, and fails (``AssertionError``) on a dtype or a string: transformers 4.57's ``StaticCache``
+    writes ``self.dtype = key_states.dtype`` when the first compiled call allocates it, stock thunder too.
+    Such a write, the last of its attribute, is replayed here (the value as torch's: thunder's dtype becomes
+    ``torch.dtype``); the modifications left for thunder are returned."""
+    from thunder.core import dtypes, prims
+    from thunder.core.interpreter import PseudoInst
+    from thunder.core.trace import tracectx
+
+    provenance = attributes.provenance
+    if not (
+        isinstance(attributes.value, dict)
+        and provenance.inst is PseudoInst.LOAD_ATTR
+        and provenance.inputs[1].inst is PseudoInst.CONSTANT
+        and provenance.inputs[1].value == "__dict__"
+        and hasattr(provenance.inputs[0], "proxy")
+        and all(inst is PseudoInst.STORE_SUBSCR for inst, *_ in modifications)
+    ):
+        return modifications
+    last = {key.value: value.value for _, _, key, value in modifications}
+    plain = {
+        key: dtypes.to_torch_dtype(value) if isinstance(value, dtypes.dtype) else value
+        for key, value in last.items()
+        if isinstance(value, (torch.dtype, dtypes.dtype, str)) and isinstance(key, str)
+    }
+    with tracectx(epilogue_trace):
+        for key, value in plain.items():
+            epilogue_trace.bound_symbols.append(
+                prims.pack_attr.bind(provenance.inputs[0].proxy, key, value, output=None)
+            )
+    return [m for m in modifications if m[2].value not in plain]
 
 
 def _write_back_to_the_jitted_module(attributes: Any) -> None:
@@ -565,5 +603,36 @@ def removing_hooks_of_failed_interpretations(
             raise
         finally:
             _registered_hooks.handles = outer
+
+    return replacement
+
+
+
+def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's prologue reads what the program read from the jitted module through its ThunderModule
+    (``get_thunder_module(module0)``), and the ThunderModule has hook tables of its own (empty): a hook of
+    the module whose code the prologue guards (it reads a global or a closure cell, as transformers 5's
+    output-capturing hooks do) failed every call with ``KeyError`` (its key is in the module's table
+    only). The program ran the module's own hooks, so their tables are read from the module."""
+    from thunder.core import prims
+
+    from thunderplug.reuse import HOOK_TABLES
+
+    def replacement(ctx: Any, prologue_trace: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(ctx, prologue_trace, *args, **kwargs)
+        if active():
+            modules = {
+                id(bsym.output): bsym.args[0]
+                for bsym in prologue_trace.bound_symbols
+                if bsym.sym.id == prims.PrimIDs.UNPACK_THUNDER_MODULE
+            }
+            prologue_trace.bound_symbols = [
+                bsym.from_bsym(args=(modules[id(bsym.args[0])], bsym.args[1]))
+                if bsym.sym.id == prims.PrimIDs.UNPACK_ATTR and id(bsym.args[0]) in modules
+                and bsym.args[1] in HOOK_TABLES
+                else bsym
+                for bsym in prologue_trace.bound_symbols
+            ]
+        return result
 
     return replacement

@@ -419,7 +419,18 @@ PATCHES: tuple[Patch, ...] = (
         "`BertForMaskedLM` builds `CrossEntropyLoss()` in its forward) are replayed after the computation and "
         "fail; objects made inside the function are left out. thunder bug: attributes written on the module "
         "`thunder.jit` was given (`self.flag = True` in its forward; transformers' "
-        "`_output_capturing_hooks_installed`) were dropped, silently: they are replayed onto it.",
+        "`_output_capturing_hooks_installed`) were dropped, silently: they are replayed onto it. thunder bug: a "
+        "dtype or string written to an attribute of an object the function did not create (transformers 4.57's "
+        "`StaticCache` allocated in the first compiled call) failed with `AssertionError`: such writes are replayed "
+        "as torch values.",
+    ),
+    Patch(
+        "unpack_inputs", jit_ext, "unpack_inputs",
+        lambda original: fixes.hooks_read_from_the_module(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the prologue read the jitted module's hook tables through its ThunderModule, whose own are "
+        "empty: a hook whose code the prologue guards (it reads a global or a closure cell: transformers 5's "
+        "output-capturing hooks, a hook appending to a list) failed every call with `KeyError`. They are read from "
+        "the module, whose hooks the program ran.",
     ),
     Patch(
         "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
