@@ -208,3 +208,15 @@ def test_a_change_without_proxies_is_left_as_stock_thunder_leaves_it():
     jitted(torch.randn(3), lst)
     jitted(torch.randn(3), lst)
     assert lst == [1]  # eager: [1, 1]
+
+
+def _append_then_fail(x, lst):
+    lst.append(x * 2)
+    raise ValueError("in the user's code")
+
+
+def test_a_failed_compilation_leaves_the_container_as_it_was():
+    lst = [0]
+    with pytest.raises(ValueError, match="user's code"):
+        _jit(_append_then_fail)(torch.randn(3), lst)
+    assert lst == [0]  # stock thunder: [0, <TensorProxy>]

@@ -730,10 +730,9 @@ def noting_container_mutations(original: Callable[..., Any], active: Callable[[]
     (:func:`refusing_outside_container_mutations` decides at the end). Which function runs is thunder's."""
 
     def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if active():
-            method = MUTATING_METHODS.get(id(fn))
-            if method is not None:
-                _note_mutation(method, args, kwargs)
+        method = MUTATING_METHODS.get(id(fn))  # first: asked for every call the interpreter makes
+        if method is not None and active():
+            _note_mutation(method, args, kwargs)
         return original(fn, *args, **kwargs)
 
     return replacement
