@@ -116,6 +116,11 @@ ONCE_REGRESSED = (
     # 6. broadcast_grads read the expanded operand's gradient with get_grad (thunder.core.transforms.grad)
     "test_grad.py::test_phantom_grad_vs_torch_consistency_add_torch_cpu_thunder.dtypes.float32",
     "test_grad.py::test_phantom_grad_vs_torch_consistency_mul_torch_cpu_thunder.dtypes.float32",
+    # 7. a model's repeated blocks as regions (issue 26): the root's cache statistics and prologue traces,
+    #    parameters replaced on the ThunderModule
+    "test_jit_general.py::test_litgpt",
+    "test_jit_general.py::test_litgpt_variants[cpu-llama2-like]",
+    "test_jit_general.py::test_tom_overrides_proxy[cpu]",
 )
 
 

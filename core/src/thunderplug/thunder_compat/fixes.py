@@ -3,7 +3,9 @@ a wrong gradient into what eager PyTorch does."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import functools
 import threading
 import types
@@ -607,7 +609,6 @@ def removing_hooks_of_failed_interpretations(
     return replacement
 
 
-
 def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """thunder's prologue reads what the program read from the jitted module through its ThunderModule
     (``get_thunder_module(module0)``), and the ThunderModule has hook tables of its own (empty): a hook of
@@ -633,6 +634,218 @@ def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[]
                 else bsym
                 for bsym in prologue_trace.bound_symbols
             ]
+        return result
+
+    return replacement
+
+
+#: the container methods that change the container they are called on (thunder_compat.patches)
+_MUTATING_METHOD_NAMES = {
+    list: ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__", "__delitem__",
+           "__iadd__", "__imul__"),
+    collections.deque: ("append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove",
+                        "clear", "rotate", "reverse", "__setitem__", "__delitem__", "__iadd__", "__imul__"),
+    dict: ("__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault", "__ior__"),
+    collections.OrderedDict: ("__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault",
+                              "move_to_end", "__ior__"),
+    set: ("add", "discard", "remove", "pop", "clear", "update", "difference_update", "intersection_update",
+          "symmetric_difference_update", "__ior__", "__iand__", "__isub__", "__ixor__"),
+}
+MUTATING_METHODS = {
+    id(method): f"{typ.__name__}.{name}"
+    for typ, names in _MUTATING_METHOD_NAMES.items()
+    for name in names
+    if (method := typ.__dict__.get(name)) is not None
+}
+
+#: per interpretation in progress in this thread: id(container) -> _Mutated (``None``: none is in progress)
+_mutated = threading.local()
+
+
+@dataclasses.dataclass
+class _Mutated:
+    """A container the function did not create, as it was before the function's first change to it."""
+
+    container: Any
+    before: Any
+    method: str  # the first change
+    location: str
+    with_proxy: tuple[str, str] | None = None  # the first change that passed a proxy: (method, location)
+
+    def restore(self) -> None:
+        c = self.container
+        if isinstance(c, dict):
+            c.clear()
+            c.update(self.before)
+        elif isinstance(c, set):
+            c.clear()
+            c.update(self.before.values())
+        else:
+            c.clear()
+            c.extend(self.before)
+
+    def refused(self) -> bool:
+        """Whether the container now holds a thunder proxy it did not hold before (an element, key or value
+        that is or contains one): thunder leaves it there after the first call and skips the change on later,
+        cached calls. A container changed with other values only (a memo such as ``logging.Logger._cache``
+        or ``re._cache``, a list a test appends to while tracing) is left as thunder leaves it."""
+        c = self.container
+        if isinstance(c, dict):
+            return any(
+                (_holds_proxy(k) or _holds_proxy(v)) and not _held_before(self.before, k, v) for k, v in c.items()
+            )
+        held = self.before if isinstance(c, set) else {id(e) for e in self.before}
+        return any(id(e) not in held and _holds_proxy(e) for e in c)
+
+
+def _held_before(before: dict, key: Any, value: Any) -> bool:
+    try:
+        return key in before and before[key] is value
+    except Exception:  # noqa: BLE001 - a key that cannot be compared was not there before
+        return False
+
+
+def _holds_proxy(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, ProxyInterface):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_proxy(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_proxy(k, depth + 1) or _holds_proxy(v, depth + 1) for k, v in value.items())
+    attributes = getattr(value, "__dict__", None)  # a dataclass or plain object holding proxies
+    if isinstance(attributes, dict) and not isinstance(value, (type, types.ModuleType, torch.nn.Module)):
+        return any(_holds_proxy(v, depth + 1) for v in attributes.values())
+    return False
+
+
+def _made_outside(provenance: Any) -> bool:
+    """Whether the wrapped value of this provenance was reached from the jitted function's inputs (its
+    arguments, or the function itself: its globals, closure, module attributes), item by item and attribute
+    by attribute; a slice of a list is a new list."""
+    from thunder.core.interpreter import PseudoInst
+
+    while True:
+        inst = provenance.inst
+        if inst in (PseudoInst.INPUT_FN, PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS):
+            return True
+        if inst in (PseudoInst.LOAD_ATTR, PseudoInst.LIST_APPEND, PseudoInst.LIST_EXTEND) and provenance.inputs:
+            provenance = provenance.inputs[0]
+        elif inst is PseudoInst.BINARY_SUBSCR and len(provenance.inputs) == 2:
+            key = provenance.inputs[1]
+            if getattr(key.inst, "opname", None) == "BUILD_SLICE" or isinstance(key.value, slice):
+                return False
+            provenance = provenance.inputs[0]
+        else:
+            return False
+
+
+def _is_attribute_namespace(wrapped: Any) -> bool:
+    """A module's or object's ``__dict__``, a function's ``__globals__``, an ``nn.Module``'s tables: thunder
+    records writes to those itself (attributes, buffers)."""
+    from thunder.core.interpreter import PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE_MEMBER_DICT, MODULE_MEMBER_DICT_ATTRS
+
+    provenance = wrapped.provenance
+    if provenance.ext_flag & EXT_FLAG_IS_MODULE_MEMBER_DICT:
+        return True
+    if provenance.inst is PseudoInst.LOAD_ATTR and len(provenance.inputs) == 2:
+        name = provenance.inputs[1].value
+        return name in ("__dict__", "__globals__") or name in MODULE_MEMBER_DICT_ATTRS
+    return False
+
+
+def _note_mutation(method: str, args: tuple, kwargs: dict) -> None:
+    mutated = getattr(_mutated, "containers", None)
+    if mutated is None or not args:
+        return
+    wrapped = args[0]
+    if getattr(wrapped, "original_value", None) is not getattr(wrapped, "nothing", True):
+        return  # not a WrappedValue, or one thunder proxied (it records its changes itself)
+    container = wrapped.value
+    if not isinstance(container, (list, collections.deque, dict, set)):
+        return
+    record = mutated.get(id(container))
+    if record is None:
+        if not _made_outside(wrapped.provenance) or (isinstance(container, dict) and _is_attribute_namespace(wrapped)):
+            return
+        if isinstance(container, dict):
+            before: Any = dict(container)
+        elif isinstance(container, set):
+            before = {id(e): e for e in container}
+        else:
+            before = list(container)
+        record = mutated[id(container)] = _Mutated(container, before, method, _user_location())
+    if record.with_proxy is None and any(_holds_proxy(unwrap(a)) for a in (*args[1:], *kwargs.values())):
+        record.with_proxy = (method, _user_location())
+
+
+def _user_location() -> str:
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    try:
+        filename, positions = get_interpreterruntimectx().get_current_user_source_location()
+    except Exception:  # noqa: BLE001 - outside the interpreter there is no user location
+        return ""
+    return f" at {filename}:{positions.lineno}" if filename is not None and positions is not None else ""
+
+
+def noting_container_mutations(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``general_jit_lookaside`` (asked for every call the interpreter makes, just before it), noting
+    the containers the function did not create that a call of a mutating method (``list.append``,
+    ``dict.__setitem__``, ``set.add``, ...) is about to change, with their contents before the first change
+    (:func:`refusing_outside_container_mutations` decides at the end). Which function runs is thunder's."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        method = MUTATING_METHODS.get(id(fn))  # first: asked for every call the interpreter makes
+        if method is not None and active():
+            _note_mutation(method, args, kwargs)
+        return original(fn, *args, **kwargs)
+
+    return replacement
+
+
+def refusing_outside_container_mutations(
+    original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """``thunder_general_jit`` (one interpretation of a jitted function) that refuses a function whose run
+    changed a container it did not create (an argument list or dict, a list attribute of an argument or of
+    the module, a global or closure list): thunder 0.2.6 changes the real container during tracing, so it
+    holds thunder's proxies after the first call, and replays nothing on later, cached calls (silently
+    wrong). When such a container ends up holding a proxy it did not hold (:meth:`_Mutated.refused`), the
+    containers the function changed are restored to their contents before it ran, and the compilation fails
+    with ``NotImplementedError`` naming the method, the container's type and the user's line. They are
+    restored also when the interpretation fails for another reason."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        outer = getattr(_mutated, "containers", None)
+        _mutated.containers = mutated = {}
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            for record in mutated.values():
+                record.restore()
+            raise
+        finally:
+            _mutated.containers = outer
+        refused = [record for record in mutated.values() if record.refused()]
+        if refused:
+            for record in mutated.values():
+                record.restore()
+            record = refused[0]
+            method, location = record.with_proxy or (record.method, record.location)
+            kind = type(record.container).__name__
+            raise NotImplementedError(
+                f"thunderplug: `{method}`{location} changes a {kind} that the jitted function did not create (an "
+                f"argument, an attribute or item of one, a global or a closure variable). thunder would leave its "
+                f"traced proxies in that {kind} on the first call and skip the change on every later (cached) "
+                f"call, so this function is not compiled (the {kind} is left as it was). Return the value from "
+                f"the jitted function and change the {kind} outside it (`out, item = jitted(x); "
+                f"container.append(item)`), or create the {kind} inside the function."
+            )
         return result
 
     return replacement

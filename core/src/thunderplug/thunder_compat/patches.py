@@ -212,6 +212,20 @@ PATCHES: tuple[Patch, ...] = (
         "interpretation entered is left. Notes which modes were entered before the function (not its own).",
     ),
     Patch(
+        "changes to containers the function did not create refused", thunder, "thunder_general_jit",
+        lambda original: fixes.refusing_outside_container_mutations(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: a jitted function that changes a container it did not create (`lst.append(x)` on an argument "
+        "list, `box.items.append(x)`, `box.d[\"k\"] = y`, a global or module attribute list, `set.add`) changes "
+        "the real container while tracing, so it holds thunder's proxies after the first call, and later (cached) "
+        "calls change nothing (silently wrong). Such a compilation fails with `NotImplementedError` naming the "
+        "method, the container's type and the user's line, and the containers are restored, when the container "
+        "ends up holding a proxy it did not hold (an element, key or value that is or holds one). A container "
+        "changed with other values only (`logging`'s and `re`'s memo dicts, a list a test appends to while tracing) "
+        "is left as thunder leaves it; so are containers the function creates and the attribute tables thunder "
+        "records itself (`__dict__`, a module's `_buffers`).",
+    ),
+    Patch(
         "hooks of failed interpretations removed", thunder, "thunder_general_jit",
         lambda original: fixes.removing_hooks_of_failed_interpretations(original, _compiling_with_core),
         "discover() compilations",
@@ -391,6 +405,14 @@ PATCHES: tuple[Patch, ...] = (
         "the interpreter; a user-defined `Sequence` runs its `__iter__` then, even as `self` of its `__init__` "
         "(transformers' `_PerLayerConfigView` fails every HF model): only functions thunder runs itself are "
         "shown such arguments.",
+    ),
+    Patch(
+        "container changes noted", jit_ext, "general_jit_lookaside",
+        lambda original: fixes.noting_container_mutations(original, _compiling_with_core),
+        "discover() compilations",
+        "before each call of a method that changes a list, deque, dict or set (`append`, `__setitem__`, `add`, ...) "
+        "on a container the function did not create, its contents are noted (for the refusal of changes to "
+        "containers the function did not create); thunder's lookaside is returned unchanged.",
     ),
     Patch(
         "torch.cat lookaside", _LOOKASIDES, torch.cat,
