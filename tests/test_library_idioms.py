@@ -409,3 +409,22 @@ def test_dtype_and_string_attributes_written_on_an_argument_reach_it():
 def test_stock_thunder_fails_on_a_dtype_attribute_written_on_an_argument():
     with pytest.raises(AssertionError, match="trying to set .dtype"):
         thunder.jit(_fill)(torch.randn(3), _LazyBuffer())
+
+
+def _set_a_function(x, box):
+    box.transform = lambda y: y + 1
+    return x * 2
+
+
+def test_a_function_written_on_an_argument_is_refused_by_name():
+    """thunder cannot replay it after the call: refused, naming where the attribute is."""
+    box = _LazyBuffer()
+    jitted = thunder.jit(_set_a_function, executors=thunderplug.discover(quiet=True))
+    with pytest.raises(NotImplementedError, match=r"sets `args\[1\]\.transform` to a function"):
+        jitted(torch.randn(3), box)
+    assert not hasattr(box, "transform")
+
+
+def test_stock_thunder_fails_on_a_function_written_on_an_argument():
+    with pytest.raises(AssertionError, match="trying to set .transform"):
+        thunder.jit(_set_a_function)(torch.randn(3), _LazyBuffer())

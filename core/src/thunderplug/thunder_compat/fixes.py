@@ -344,8 +344,9 @@ def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trac
     device, and fails (``AssertionError``) on a dtype or a string: transformers 4.57's ``StaticCache``
     writes ``self.dtype = key_states.dtype`` when the first compiled call allocates it, stock thunder too.
     Such a write, the last of its attribute, is replayed here (the value as torch's: thunder's dtype becomes
-    ``torch.dtype``); the modifications left for thunder are returned."""
-    from thunder.core import dtypes, prims
+    ``torch.dtype``); the modifications left for thunder are returned. A value neither can replay (a
+    function) is refused by the attribute's path."""
+    from thunder.core import devices, dtypes, prims
     from thunder.core.interpreter import PseudoInst
     from thunder.core.trace import tracectx
 
@@ -360,6 +361,15 @@ def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trac
     ):
         return modifications
     last = {key.value: value.value for _, _, key, value in modifications}
+    replayable = (ProxyInterface, int, float, tuple, type(None), devices.Device, torch.dtype, dtypes.dtype, str)
+    for key, value in last.items():
+        if not isinstance(value, replayable):
+            raise NotImplementedError(
+                f"thunderplug: the jitted function sets `{_readable(provenance.inputs[0])}.{key}` to a "
+                f"{type(value).__qualname__} (transformers 4.57 wraps each layer's `forward` this way for "
+                "`output_hidden_states`); thunder 0.2.6 cannot replay such a write after the compiled call. Set it "
+                "outside the jitted function, or leave the option that sets it off"
+            )
     plain = {
         key: dtypes.to_torch_dtype(value) if isinstance(value, dtypes.dtype) else value
         for key, value in last.items()
@@ -371,6 +381,29 @@ def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trac
                 prims.pack_attr.bind(provenance.inputs[0].proxy, key, value, output=None)
             )
     return [m for m in modifications if m[2].value not in plain]
+
+
+_MODULE_TABLES = ("_modules", "_parameters", "_buffers")
+
+
+def _readable(provenance: Any) -> str:
+    """Where a value came from, as the user would write it (``self.model.layers[0]``, ``args[1].cache``)."""
+    from thunder.core.interpreter import PseudoInst
+
+    inst, inputs = provenance.inst, provenance.inputs
+    if inst is PseudoInst.INPUT_FN:
+        return "self"
+    if inst in (PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS):
+        return "args" if inst is PseudoInst.INPUT_ARGS else "kwargs"
+    if inst is PseudoInst.LOAD_ATTR and len(inputs) == 2:
+        return f"{_readable(inputs[0])}.{inputs[1].value}"
+    if inst is PseudoInst.BINARY_SUBSCR and len(inputs) == 2:
+        container, key = inputs
+        if container.inst is PseudoInst.LOAD_ATTR and container.inputs[1].value in _MODULE_TABLES:
+            owner = _readable(container.inputs[0])
+            return f"{owner}[{key.value}]" if str(key.value).isdigit() else f"{owner}.{key.value}"
+        return f"{_readable(container)}[{key.value!r}]"
+    return "an object"
 
 
 def _write_back_to_the_jitted_module(attributes: Any) -> None:

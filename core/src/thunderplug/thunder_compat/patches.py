@@ -444,7 +444,8 @@ PATCHES: tuple[Patch, ...] = (
         "`_output_capturing_hooks_installed`) were dropped, silently: they are replayed onto it. thunder bug: a "
         "dtype or string written to an attribute of an object the function did not create (transformers 4.57's "
         "`StaticCache` allocated in the first compiled call) failed with `AssertionError`: such writes are replayed "
-        "as torch values.",
+        "as torch values; a value thunder cannot replay (a function: transformers 4.57's wrapped `forward`) is "
+        "refused with `NotImplementedError` naming the attribute (`self.model.layers[0].forward`).",
     ),
     Patch(
         "unpack_inputs", jit_ext, "unpack_inputs",
