@@ -214,14 +214,14 @@ class Regions:
             )
         options = {**jit_options(compile_data), OPTION: False}  # a region compiles whole: one level of regions
         self.slots = slots
+        self.shared_blocks = not needs_regions(root)  # the model's own repeated blocks, not DDP's or FSDP2's
         kept = {id(s.module): earlier.compiled[s.path] for s in earlier.slots} if earlier is not None else {}
         self.compiled = {
-            slot.path: kept[id(slot.module)] if id(slot.module) in kept else self._jit(slot, root, options)
+            slot.path: kept[id(slot.module)] if id(slot.module) in kept else self._jit(slot, options)
             for slot in self.slots
         }
         self._lock = threading.Lock()
         self._calls = 0  # calls running with the regions installed (threads, re-entrant calls)
-        self.shared_blocks = not needs_regions(root)  # the model's own repeated blocks, not DDP's or FSDP2's
 
     def hooked(self) -> bool:
         """A repeated block has hooks of its own or a ``forward`` set on it (transformers 5 registers
@@ -231,10 +231,9 @@ class Regions:
         FSDP2's regions handle their hooks themselves."""
         return self.shared_blocks and any(_call_wrapped(slot.module) for slot in self.slots)
 
-    @staticmethod
-    def _jit(slot: Slot, root: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Module:
+    def _jit(self, slot: Slot, options: dict[str, Any]) -> torch.nn.Module:
         compiled = thunder.jit(slot.module, **options)
-        if not needs_regions(root):  # a repeated block: the model's own code calls it with what it likes
+        if self.shared_blocks:  # a repeated block: the model's own code calls it with what it likes
             compiled._forward_fn = _whole_model_when_unfit(compiled._forward_fn, slot.module)
         return compiled
 

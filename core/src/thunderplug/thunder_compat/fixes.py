@@ -327,13 +327,13 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
         local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
         for obj in writes:
             _write_back_to_the_jitted_module(obj)
-        replayed = {obj: writes[obj] for obj in writes}
+        recorded = dict(writes)
         for obj in writes:
             writes[obj] = _replay_plain_attributes(obj, writes[obj], epilogue_trace)
         try:
             return original(ctx, epilogue_trace)
         finally:
-            writes.update(replayed)
+            writes.update(recorded)
             writes.update(local)
 
     return replacement
@@ -383,12 +383,10 @@ def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trac
     return [m for m in modifications if m[2].value not in plain]
 
 
-_MODULE_TABLES = ("_modules", "_parameters", "_buffers")
-
-
 def _readable(provenance: Any) -> str:
     """Where a value came from, as the user would write it (``self.model.layers[0]``, ``args[1].cache``)."""
     from thunder.core.interpreter import PseudoInst
+    from thunder.core.jit_ext import MODULE_MEMBER_DICT_ATTRS
 
     inst, inputs = provenance.inst, provenance.inputs
     if inst is PseudoInst.INPUT_FN:
@@ -399,7 +397,7 @@ def _readable(provenance: Any) -> str:
         return f"{_readable(inputs[0])}.{inputs[1].value}"
     if inst is PseudoInst.BINARY_SUBSCR and len(inputs) == 2:
         container, key = inputs
-        if container.inst is PseudoInst.LOAD_ATTR and container.inputs[1].value in _MODULE_TABLES:
+        if container.inst is PseudoInst.LOAD_ATTR and container.inputs[1].value in MODULE_MEMBER_DICT_ATTRS:
             owner = _readable(container.inputs[0])
             return f"{owner}[{key.value}]" if str(key.value).isdigit() else f"{owner}.{key.value}"
         return f"{_readable(container)}[{key.value!r}]"
