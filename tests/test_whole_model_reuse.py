@@ -99,6 +99,54 @@ def test_transformers_and_litgpt_blocks_compile_once(name):
     assert misses(jitted) == {f"{layers}.0": 1, f"{layers}.1": 0}
 
 
+class Activation(nn.Module):
+    """A module without tensors, held outside the module tree."""
+
+    def __init__(self, slope: float = 0.1):
+        super().__init__()
+        self.slope = slope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(x, self.slope)
+
+
+class WithHelpers(nn.Module):
+    """A block with its own helper module in a plain dict, as transformers 5.25's attention layers hold
+    their kernel wrappers (``kernels``' ``use_kernelized_func``: a fresh module per layer)."""
+
+    def __init__(self, helper: nn.Module, d: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.__dict__["_helpers"] = {"act": helper}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self._helpers["act"](self.fc(x))
+
+
+def test_blocks_holding_fresh_modules_without_tensors_compile_once():
+    torch.manual_seed(0)
+    model = nn.Sequential(*(WithHelpers(Activation()) for _ in range(3)))
+    jitted = train_like_eager(Loss(model), x8())
+    assert misses(jitted) == {"model.0": 1, "model.1": 0, "model.2": 0}
+
+
+def test_a_block_whose_held_module_differs_compiles_its_own():
+    """A block whose helper has another class compiles its own; one whose helper holds another number
+    runs correctly (the number is checked by the prologue, as the block's own numbers are)."""
+    torch.manual_seed(0)
+
+    class Other(Activation):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(x) * self.slope
+
+    helpers = [Activation(), Activation(0.5), Other(), Activation()]
+    model = nn.Sequential(*(WithHelpers(h) for h in helpers))
+    jitted = train_like_eager(Loss(model), x8())
+    seen = misses(jitted)
+    assert seen["model.0"] == 1 and seen["model.3"] == 0  # the same helper: one compilation
+    assert seen["model.2"] == 1
+
+
 class Indexed(nn.Module):
     """A block whose forward reads its index."""
 

@@ -130,14 +130,16 @@ def group_for(key: Hashable) -> SharedGroup:
         return group
 
 
-def structure_of(module: torch.nn.Module) -> Hashable:
+def structure_of(module: torch.nn.Module, depth: int = _DEPTH) -> Hashable:
     """What a module's trace depends on besides what its prologue checks, as one hashable key:
     per submodule (in order) its name and class, every attribute's value (numbers and strings by
     their type only: the prologue checks the values the program reads, :data:`_GUARDED`; other plain
-    values by value, frozen dataclasses and containers field by field, anything else by identity; but
-    the state of torch's composable APIs and the state-dict hooks), its hooks (a module with hooks is its own
+    values by value, frozen dataclasses, containers and modules without tensors (transformers 5.25's
+    per-layer kernel wrappers) field by field, anything else by identity; but the state of torch's
+    composable APIs and the state-dict hooks), its hooks (a module with hooks is its own
     structure), and its parameters' and buffers' types, shapes, dtypes,
-    devices, strides, requires_grad, and which of them are the same tensor or share storage."""
+    devices, strides, requires_grad, and which of them are the same tensor or share storage.
+    ``depth``: the nesting of attribute values looked into."""
     seen: dict[int, int] = {}  # id(module) -> index: a submodule used twice is one node
     storages: dict[Any, int] = {}
     tensors: dict[int, int] = {}
@@ -151,7 +153,7 @@ def structure_of(module: torch.nn.Module) -> Hashable:
         state = m.__dict__
         hooked = any(state.get(name) for name in HOOK_TABLES)
         attrs = tuple(
-            (name, _attribute_key(name, value, seen))
+            (name, _attribute_key(name, value, seen, depth))
             for name, value in state.items()
             if name not in _MODULE_TABLES and name not in HOOK_TABLES and name not in _STATE_DICT_HOOKS
         )
@@ -167,12 +169,12 @@ def structure_of(module: torch.nn.Module) -> Hashable:
     return tuple(nodes)
 
 
-def _attribute_key(name: str, value: Any, modules: dict[int, int]) -> Hashable:
+def _attribute_key(name: str, value: Any, modules: dict[int, int], depth: int) -> Hashable:
     if name.startswith(_COMPOSABLE_STATE):
         return _types_of(value)
     if type(value) in _GUARDED:
         return type(value)
-    return _value_key(value, _DEPTH, modules)
+    return _value_key(value, depth, modules)
 
 
 def _tensor_key(t: torch.Tensor | None, tensors: dict[int, int], storages: dict[Any, int]) -> Hashable:
@@ -201,6 +203,8 @@ def _value_key(value: Any, depth: int, modules: dict[int, int] | None = None) ->
         return (types.MethodType, Identity(value.__func__), modules[id(value.__self__)])
     if isinstance(value, torch.Tensor):
         return (type(value), tuple(value.shape), value.dtype, value.device, tuple(value.stride()), value.requires_grad)
+    if isinstance(value, torch.nn.Module) and not _holds_tensors(value):
+        return (torch.nn.Module, structure_of(value, depth - 1))
     if isinstance(value, (tuple, list)):
         return (type(value), tuple(_value_key(v, depth - 1) for v in value))
     if isinstance(value, (set, frozenset)):
@@ -211,6 +215,12 @@ def _value_key(value: Any, depth: int, modules: dict[int, int] | None = None) ->
         fields = tuple(_value_key(getattr(value, f.name), depth - 1) for f in dataclasses.fields(value))
         return (type(value), fields)
     return Identity(value)
+
+
+def _holds_tensors(module: torch.nn.Module) -> bool:
+    """Parameters or buffers anywhere in ``module``'s tree (such a module, held outside the module
+    tree, is compared by identity)."""
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
 
 
 def holds_module_state(values: Any) -> bool:
