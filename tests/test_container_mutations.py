@@ -200,14 +200,61 @@ def _append_a_constant(x, lst):
     return x
 
 
-def test_a_change_without_proxies_is_left_as_stock_thunder_leaves_it():
-    """Known issue (docs/known-issues.md): the change is made while tracing only, so a cached call skips it;
-    not refused, since memo dicts (``re._cache``) and tests that append to a list while tracing rely on it."""
+def test_a_list_grown_without_proxies_is_left_as_stock_thunder_leaves_it_with_a_warning():
+    """The change is made while tracing only, so a cached call skips it (eager: every call). Not refused, since
+    code that appends to a list while tracing (thunder's tests counting their traces) relies on it; warned,
+    naming the method and the user's line."""
     lst = []
     jitted = _jit(_append_a_constant)
-    jitted(torch.randn(3), lst)
+    with pytest.warns(thunderplug.ThunderplugWarning, match=re.escape(f"`list.append` at {__file__}:")) as caught:
+        jitted(torch.randn(3), lst)
+    assert any("later (cached) calls skip it" in str(w.message) for w in caught)
     jitted(torch.randn(3), lst)
     assert lst == [1]  # eager: [1, 1]
+
+
+class _Counts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.seen.append(x.shape[0])
+        return x * 2
+
+
+def test_a_module_list_attribute_grown_is_warned():
+    model = _Counts()
+    with pytest.warns(thunderplug.ThunderplugWarning, match="changes a list that the jitted function did not"):
+        _jit(model)(torch.randn(3))
+
+
+def _rewrite_an_item(x, lst):
+    lst[0] = lst[0] * 1  # the same state after every call, as in eager
+    return x
+
+
+@pytest.mark.parametrize(
+    "fn, args", [(_rewrite_an_item, ([3],)), (_memo, ({},))], ids=["list item rewritten", "memo dict"]
+)
+def test_changes_that_repeat_to_the_same_state_are_not_warned(fn, args):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", thunderplug.ThunderplugWarning)
+        _jit(fn)(torch.randn(3), *args)
+
+
+def test_changes_made_by_library_code_are_not_warned():
+    """Only the user's own lines are named: the standard library's and installed packages' (thunder's tests,
+    shipped in its wheel, append to lists while tracing to count traces) are not."""
+    import sysconfig
+
+    from thunderplug.thunder_compat.fixes import _in_a_library
+
+    assert _in_a_library(f" at {sysconfig.get_paths()['stdlib']}/re/__init__.py:10")
+    assert _in_a_library(f" at {sysconfig.get_paths()['purelib']}/thunder/tests/test_core.py:5")
+    assert not _in_a_library(f" at {__file__}:1")
 
 
 def _append_then_fail(x, lst):

@@ -7,8 +7,11 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import os
+import sysconfig
 import threading
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -812,6 +815,38 @@ def _note_mutation(method: str, args: tuple, kwargs: dict) -> None:
         record.with_proxy = (method, _user_location())
 
 
+def _warn_changes_made_once(records: Any) -> None:
+    """A list or deque the function did not create, grown or shrunk with values that are not proxies by the
+    user's own code (not a library's; not thunder's tests counting their traces): thunder made the change
+    while tracing, and later (cached) calls skip it, where each eager call changes the length again. Kept as
+    stock thunder does it (code that relies on it still runs), with a warning naming the method and the
+    line. Dicts and sets are left alone: their usual changes (a memo filled once) repeat to the same state."""
+    from thunderplug.notices import ThunderplugWarning
+
+    for record in records:
+        grown_or_shrunk = isinstance(record.container, (list, collections.deque)) and len(record.container) != len(
+            record.before
+        )
+        if not grown_or_shrunk or not record.location or _in_a_library(record.location):
+            continue
+        kind = type(record.container).__name__
+        warnings.warn(
+            f"thunderplug: `{record.method}`{record.location} changes a {kind} that the jitted function did not "
+            f"create. thunder makes that change while tracing, on the first call only: later (cached) calls skip "
+            f"it, unlike eager. Return the value from the jitted function and change the {kind} outside it, or "
+            f"create the {kind} inside the function.",
+            ThunderplugWarning,
+            stacklevel=2,
+        )
+
+
+def _in_a_library(location: str) -> bool:
+    """Whether a user location (`` at path:line``) is in the standard library or an installed package."""
+    path = location[len(" at ") :].rsplit(":", 1)[0]
+    roots = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(os.path.abspath(path).startswith(os.path.join(os.path.abspath(root), "")) for root in roots)
+
+
 def _user_location() -> str:
     from thunder.core.interpreter import get_interpreterruntimectx
 
@@ -863,6 +898,8 @@ def refusing_outside_container_mutations(
         finally:
             _mutated.containers = outer
         refused = [record for record in mutated.values() if record.refused()]
+        if not refused:
+            _warn_changes_made_once(mutated.values())
         if refused:
             for record in mutated.values():
                 record.restore()

@@ -222,8 +222,10 @@ PATCHES: tuple[Patch, ...] = (
         "method, the container's type and the user's line, and the containers are restored, when the container "
         "ends up holding a proxy it did not hold (an element, key or value that is or holds one). A container "
         "changed with other values only (`logging`'s and `re`'s memo dicts, a list a test appends to while tracing) "
-        "is left as thunder leaves it; so are containers the function creates and the attribute tables thunder "
-        "records itself (`__dict__`, a module's `_buffers`).",
+        "is left as thunder leaves it, with a `ThunderplugWarning` naming the method and the line when the user's "
+        "own code (not the standard library's or an installed package's) grew or shrank a list or deque (the "
+        "change a later call skips where eager makes it again); so are containers the function creates and the "
+        "attribute tables thunder records itself (`__dict__`, a module's `_buffers`).",
     ),
     Patch(
         "hooks of failed interpretations removed", thunder, "thunder_general_jit",
