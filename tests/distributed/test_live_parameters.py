@@ -98,3 +98,22 @@ def test_not_live_is_the_captured_dict():
     live = LiveParameters(module, captured, lambda: False)
     module.bias = torch.nn.Parameter(torch.ones(4))
     assert live["bias"] is captured["bias"] and list(live.values()) == list(captured.values())
+
+
+def test_every_change_through_a_dict_method_is_tracked():
+    """Each of dict's ways to change or copy it reads through and marks the dict replaced, as assignment does."""
+    module = torch.nn.Linear(8, 4)
+    for change in (lambda d: d.popitem(), lambda d: d.__ior__({"extra": torch.nn.Parameter(torch.zeros(1))}),
+                   lambda d: d.pop("bias"), lambda d: d.update(bias=module.weight), lambda d: d.clear()):
+        live = LiveParameters(module, dict(module.named_parameters()), lambda: True)
+        assert not live.replaced
+        change(live)
+        assert live.replaced
+    live = LiveParameters(module, dict(module.named_parameters()), lambda: True)
+    module.bias = torch.nn.Parameter(torch.ones(4))
+    assert live.popitem() == ("bias", module.bias) and "bias" not in live
+    live = LiveParameters(module, dict(module.named_parameters()), lambda: True)
+    merged = live | {"extra": 1}
+    assert type(merged) is dict and merged["weight"] is module.weight and not live.replaced
+    live |= {"weight": module.bias}
+    assert live["weight"] is module.bias

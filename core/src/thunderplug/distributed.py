@@ -117,6 +117,19 @@ class LiveParameters(dict):
         del self[name]
         return value
 
+    def popitem(self) -> tuple[str, Any]:
+        if not self:
+            return dict.popitem(self)  # KeyError, as a dict's
+        name = next(reversed(self))
+        return name, self.pop(name)
+
+    def __ior__(self, other: Any) -> LiveParameters:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def __or__(self, other: Any) -> dict[str, Any]:  # type: ignore[override]
+        return {**self.copy(), **dict(other)}
+
     def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
         return iter([(name, self._current(name)) for name in self])
 
