@@ -841,10 +841,17 @@ def _warn_changes_made_once(records: Any) -> None:
 
 
 def _in_a_library(location: str) -> bool:
-    """Whether a user location (`` at path:line``) is in the standard library or an installed package."""
-    path = location[len(" at ") :].rsplit(":", 1)[0]
-    roots = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return any(os.path.abspath(path).startswith(os.path.join(os.path.abspath(root), "")) for root in roots)
+    """Whether a user location (:func:`_user_location`'s `` at path:line``) is in the standard library or an
+    installed package."""
+    path = os.path.abspath(location[len(" at ") :].rsplit(":", 1)[0])
+    return path.startswith(_library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders, each ending in a separator."""
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[name]), "") for name in names})
 
 
 def _user_location() -> str:
@@ -900,20 +907,19 @@ def refusing_outside_container_mutations(
         refused = [record for record in mutated.values() if record.refused()]
         if not refused:
             _warn_changes_made_once(mutated.values())
-        if refused:
-            for record in mutated.values():
-                record.restore()
-            record = refused[0]
-            method, location = record.with_proxy or (record.method, record.location)
-            kind = type(record.container).__name__
-            raise NotImplementedError(
-                f"thunderplug: `{method}`{location} changes a {kind} that the jitted function did not create (an "
-                f"argument, an attribute or item of one, a global or a closure variable). thunder would leave its "
-                f"traced proxies in that {kind} on the first call and skip the change on every later (cached) "
-                f"call, so this function is not compiled (the {kind} is left as it was). Return the value from "
-                f"the jitted function and change the {kind} outside it (`out, item = jitted(x); "
-                f"container.append(item)`), or create the {kind} inside the function."
-            )
-        return result
+            return result
+        for record in mutated.values():
+            record.restore()
+        record = refused[0]
+        method, location = record.with_proxy or (record.method, record.location)
+        kind = type(record.container).__name__
+        raise NotImplementedError(
+            f"thunderplug: `{method}`{location} changes a {kind} that the jitted function did not create (an "
+            f"argument, an attribute or item of one, a global or a closure variable). thunder would leave its "
+            f"traced proxies in that {kind} on the first call and skip the change on every later (cached) "
+            f"call, so this function is not compiled (the {kind} is left as it was). Return the value from "
+            f"the jitted function and change the {kind} outside it (`out, item = jitted(x); "
+            f"container.append(item)`), or create the {kind} inside the function."
+        )
 
     return replacement
