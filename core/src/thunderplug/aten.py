@@ -116,6 +116,19 @@ def recorded_symbol(overload: OpOverload) -> Symbol:
     return symbol if symbol is not None else fallback_symbol(overload)
 
 
+_traced_outputs = threading.local()  # (overload, outputs) of the graph node being replayed in this thread
+
+
+def _take_traced_outputs(overload: OpOverload) -> Any:
+    """The traced outputs :meth:`AtenTable.call_traced` passes for ``overload``, taken by the call's
+    own symbol before its decomposition runs (so the ATen calls inside it never see them)."""
+    pending = getattr(_traced_outputs, "pending", None)
+    if pending is None or pending[0] is not overload:
+        return None
+    _traced_outputs.pending = None
+    return pending[1]
+
+
 def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     """The decomposition, checked against torch's fake kernel once per argument metadata and
     ``trace_state.factory_key`` (the same op is traced many times per compilation: interpretation,
@@ -124,6 +137,7 @@ def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
     lock = threading.Lock()
 
     def meta(*args: Any, **kwargs: Any) -> Any:
+        traced = _take_traced_outputs(op.overload)
         if not op.differentiable:
             _remember_location(op.qualified_name, args, kwargs)
         result = op.decomposition(*args, **kwargs)
@@ -131,7 +145,7 @@ def _checked_decomposition(op: AtenOp) -> Callable[..., Any]:
         with lock:
             known = key is not None and key in checked
         if not known:
-            _check_against_torch(op, args, kwargs, result)
+            _check_against_torch(op, args, kwargs, result, traced)
             if key is not None:
                 with lock:
                     checked.add(key)
@@ -201,9 +215,12 @@ def _from_description(value: Any) -> Any:
     )
 
 
-def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any) -> None:
-    with fake_mode(), without_autocast():
-        expected = op.overload(*to_fake(args), **to_fake(kwargs))
+def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any, expected: Any = None) -> None:
+    """``expected``: torch's outputs for these arguments when known (a traced graph's node values),
+    else computed by the op's fake kernel."""
+    if expected is None:
+        with fake_mode(), without_autocast():
+            expected = op.overload(*to_fake(args), **to_fake(kwargs))
     got_leaves = [x for x in tree_flatten(result)[0] if isinstance(x, TensorProxy)]
     want_leaves = [x for x in tree_flatten(expected)[0] if isinstance(x, torch.Tensor)]
     if len(got_leaves) != len(want_leaves):
@@ -534,10 +551,16 @@ class AtenTable:
     @functools.cached_property
     def decompositions(self) -> dict:
         """torch's own decompositions to core ATen for the ops not in this table (e.g. the backward
-        kernels autograd emits, ``threshold_backward``), for ``make_fx``; registered ops stay whole."""
-        from torch._decomp import core_aten_decompositions
+        kernels autograd emits, ``threshold_backward``), for ``make_fx``; registered ops stay whole.
 
-        return {op: fn for op, fn in core_aten_decompositions().items() if op not in self.symbols}
+        torch's post-autograd table without its CompositeImplicitAutograd ops: ``make_fx`` decomposes
+        those itself, with their own kernel, as eager runs them (``proxy_call``'s ``func.decompose``).
+        That is what ``core_aten_decompositions()``'s extra entries for them do too, but reading that
+        table first collects every such op of every namespace: 0.07 s of each process's first trace."""
+        from torch._decomp import _core_aten_decompositions_post_autograd
+
+        table = _core_aten_decompositions_post_autograd()
+        return {op: fn for op, fn in table.items() if op not in self.symbols and not op._can_decompose()}
 
     def has_effects(self, bsym: Any) -> bool:
         """Whether a bound symbol must not be merged, moved or removed: random, mutating or
@@ -561,6 +584,16 @@ class AtenTable:
 
     def call(self, overload: OpOverload, *args: Any, **kwargs: Any) -> Any:
         return self.symbol(overload)(*args, **kwargs)
+
+    def call_traced(self, overload: OpOverload, traced_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`call` for a node of a graph torch traced (``make_fx``), whose output values
+        ``traced_outputs`` (fakes) are what torch's fake kernel gives for these arguments: a
+        registered decomposition is checked against them instead of running that kernel again."""
+        _traced_outputs.pending = (overload, traced_outputs)
+        try:
+            return self.symbol(overload)(*args, **kwargs)
+        finally:
+            _traced_outputs.pending = None
 
     def call_packet(self, packet: OpOverloadPacket, *args: Any, **kwargs: Any) -> Any:
         return self.call(resolve_packet(packet, args, kwargs), *args, **kwargs)

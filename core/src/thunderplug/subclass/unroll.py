@@ -346,7 +346,7 @@ def _call_graph(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: A
                 # compute the out-of-place op and let every later use of the temporary see the result
                 env[node] = env[mutated] = table.call(_functional(node.target), *args, **kwargs)
             elif isinstance(node.target, torch._ops.OpOverload):
-                env[node] = table.call(node.target, *args, **kwargs)
+                env[node] = table.call_traced(node.target, node.meta.get("val"), *args, **kwargs)
             elif node.target is operator.getitem:
                 env[node] = args[0][args[1]]
             else:
