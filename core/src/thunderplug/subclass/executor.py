@@ -12,6 +12,7 @@ It owns what must happen for thunderplug's symbols to exist in a trace at all:
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -273,12 +274,22 @@ def uses_core_executor(compile_data: Any) -> bool:
     return any(isinstance(ex, ThunderplugExecutor) for ex in getattr(compile_data, "executors_list", ()))
 
 
+_core_of: weakref.WeakKeyDictionary[Any, ThunderplugExecutor | None] = weakref.WeakKeyDictionary()
+
+
 def active_core_executor() -> ThunderplugExecutor | None:
-    """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used."""
+    """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used
+    (asked for every call the interpreter makes: found once per jitted function; thunder only ever
+    adds its ad-hoc executors to the list)."""
     compile_data = get_compile_data()
     if compile_data is None:
         return None
-    return next((ex for ex in compile_data.executors_list if isinstance(ex, ThunderplugExecutor)), None)
+    try:
+        return _core_of[compile_data]
+    except KeyError:
+        found = next((ex for ex in compile_data.executors_list if isinstance(ex, ThunderplugExecutor)), None)
+        _core_of[compile_data] = found
+        return found
 
 
 def drop_kept_decompositions(traces: list[TraceCtx]) -> None:

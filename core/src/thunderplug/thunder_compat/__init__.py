@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from thunder.core import jit_ext
+from thunder.core.interpreter import is_opaque
+from thunder.core.symbol import Symbol
 
 
 def torch_to_thunder_function_map() -> dict[Any, Any]:
@@ -66,9 +68,6 @@ def interpret_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
 def runs_called_function_itself(fn: Any) -> bool:
     """Whether thunder's jit runs ``fn`` rather than interpreting its code: an opaque (C) function, a
     symbol or one of thunder's clang functions."""
-    from thunder.core.interpreter import is_opaque
-    from thunder.core.symbol import Symbol
-
     try:
         return is_opaque(fn) or isinstance(fn, Symbol) or fn in jit_ext._clang_fn_set
     except TypeError:  # unhashable

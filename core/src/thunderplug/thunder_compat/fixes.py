@@ -13,7 +13,7 @@ import threading
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -233,7 +233,8 @@ def general_jit_lookaside(
     arguments are not shown to it."""
 
     def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if not active() or runs_fn_itself(fn) or not any(_is_user_sequence(a) for a in args):
+        # asked for every call the interpreter makes: the rare case is tested first
+        if not any(_is_user_sequence(a) for a in args) or not active() or runs_fn_itself(fn):
             return original(fn, *args, **kwargs)
         return original(fn, *(a for a in args if not _is_user_sequence(a)), **kwargs)
 
@@ -241,8 +242,6 @@ def general_jit_lookaside(
 
 
 def _is_user_sequence(arg: Any) -> bool:
-    from collections.abc import Sequence
-
     value = getattr(arg, "value", None)
     return isinstance(value, Sequence) and not isinstance(value, (list, tuple, str, bytes, range))
 
