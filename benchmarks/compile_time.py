@@ -220,6 +220,7 @@ def measure(args, steady: dict[int, dict]) -> dict[int, dict[str, dict]]:
                 continue
             results[layers][variant] = {
                 **{key: statistics.median(c[key] for c in cells) for key in ("first_s", "rss_mib", "step_ms")},
+                "first_rounds": [c["first_s"] for c in cells],
                 "losses": cells[0]["losses"],
                 "same_losses_every_repeat": all(c["losses"] == cells[0]["losses"] for c in cells),
             }
@@ -257,6 +258,7 @@ def tables(results: dict[int, dict[str, dict]], loss_steps: int) -> list[str]:
         shown = [ratio(results[d].get(variant, {}).get("first_s"), results[d].get(TARGET, {}).get("first_s"))
                  for d in depths]
         rows.append(f"| {LABELS[variant]} | " + " | ".join(shown) + " |")
+    rows += paired_tables(results, depths, variants)
     for layers in depths:
         by_variant = results[layers]
         base = by_variant.get("eager", {}).get("step_ms")
@@ -272,6 +274,31 @@ def tables(results: dict[int, dict[str, dict]], loss_steps: int) -> list[str]:
                 agreement(result["losses"], reference["losses"], loss_steps) if "losses" in reference else "—")
             rows.append(f"| {LABELS[variant]} | {result['first_s']:.2f} | {result['rss_mib']:.0f} "
                         f"| {result['step_ms']:.1f} | {ratio(result['step_ms'], base)} | {agree} |")
+    return rows
+
+
+def paired_tables(results: dict[int, dict[str, dict]], depths: list[int], variants: list[str]) -> list[str]:
+    """With several rounds: each round's first call × the target's in the same round (the cells of a round
+    run back to back, so a slow spell of this shared machine hits both), their median and their range, and
+    the fastest rounds' ratio (what each variant costs with the least interference)."""
+    rounds = {d: {v: results[d].get(v, {}).get("first_rounds") for v in variants} for d in depths}
+    if not any(len(r or ()) > 1 for by_variant in rounds.values() for r in by_variant.values()):
+        return []
+    rows = ["", f"The same, round by round (each round's first call × {LABELS[TARGET]}'s in that round): "
+            "median [lowest, highest] of the rounds; and fastest round × fastest round:", "",
+            "| variant | " + " | ".join(f"{d} layers: paired | {d} layers: fastest" for d in depths) + " |",
+            "|---|" + "---:|" * (2 * len(depths))]
+    for variant in variants:
+        shown = []
+        for d in depths:
+            mine, target = rounds[d][variant], rounds[d].get(TARGET)
+            if not mine or not target:
+                shown.append("—")
+                continue
+            paired = sorted(a / b for a, b in zip(mine, target))
+            shown.append(f"{statistics.median(paired):.2f} [{paired[0]:.2f}, {paired[-1]:.2f}] | "
+                         f"{min(mine) / min(target):.2f}")
+        rows.append(f"| {LABELS[variant]} | " + " | ".join(shown) + " |")
     return rows
 
 

@@ -1,5 +1,6 @@
 """Smoke test of benchmarks/float8_training.py: it runs and prints its table (no timing asserts)."""
 
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -105,6 +106,18 @@ def test_compile_time_quick_prints_its_tables_and_writes_its_docs_section(tmp_pa
     assert "FAIL" not in proc.stdout and "timeout" not in proc.stdout, proc.stdout
     written = docs.read_text()
     assert written.startswith("# Benchmarks\n\nkept text\n") and per_block[0] in written
+
+
+def test_compile_time_pairs_each_round_with_the_targets_round():
+    spec = importlib.util.spec_from_file_location("compile_time_under_test", COMPILE_TIME_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = {16: {"aot-eager-blocks": {"first_rounds": [2.0, 4.0, 2.2]},
+                    "thunderplug": {"first_rounds": [1.8, 4.4, 2.2]}}}
+    rows = module.paired_tables(results, [16], ["aot-eager-blocks", "thunderplug"])
+    row = next(r for r in rows if r.startswith(f"| {module.LABELS['thunderplug']} |"))
+    assert row.endswith("| 1.00 [0.90, 1.10] | 0.90 |"), row
+    assert module.paired_tables({16: {"thunderplug": {"first_rounds": [1.0]}}}, [16], ["thunderplug"]) == []
 
 
 REAL_MODELS_SCRIPT = SCRIPT.with_name("real_models.py")
