@@ -41,6 +41,8 @@ PHASES = {
     "thunderplug unroll (all calls)": ("thunderplug/subclass/unroll.py", "unroll"),
     "  make_fx on fakes (_trace)": ("thunderplug/subclass/unroll.py", "_trace"),
     "  replay into thunder symbols (_replay)": ("thunderplug/subclass/unroll.py", "_replay"),
+    "  make_fx's decomposition table": ("thunderplug/aten.py", "decompositions"),
+    "  decomposition checks by fake kernels": ("thunderplug/aten.py", "_check_against_torch"),
     "thunderplug fusion pass": ("thunderplug/subclass/executor.py", "fusion_pass"),
     "run: forward (ThunderFunction)": ("thunder/executors/torch_autograd.py", "forward"),
     "run: backward (ThunderFunction)": ("thunder/executors/torch_autograd.py", "backward"),

@@ -382,6 +382,56 @@ def test_one_disassembly_per_code_object():
     assert fast[2] == interpreted[2]
 
 
+def test_symbols_bind_as_thunders_with_one_signature_per_meta(monkeypatch):
+    """Arguments bind as thunder's ``Symbol.normalize`` binds them (positional, keyword, defaults): the same
+    traces, values and gradients; each meta's signature is computed once; outside discover() compilations
+    (no active executor) thunder's own normalize runs."""
+    import inspect
+    import types
+
+    import thunder.torch as ltorch
+    from thunder.core.symbol import Symbol
+
+    from thunderplug.thunder_compat import speedups
+
+    thunderplug.discover()
+    patch = next(p for p in patches.PATCHES if p.name == "one signature per meta")
+    once, original = patch.read(), patches._originals[patch.name][0]
+    torch.manual_seed(0)
+    module, x = _Builtins(), torch.randn(2, 4, requires_grad=True)
+    asked: list = []
+    computed = inspect.signature
+
+    def counted(fn, *args, **kwargs):
+        asked.append(fn)
+        return computed(fn, *args, **kwargs)
+
+    monkeypatch.setattr(speedups, "inspect", types.SimpleNamespace(signature=counted))
+    fast = _compiled_traces(module, x)
+    assert len(asked) == len({id(fn) for fn in asked}), "a meta's signature was computed twice"
+
+    def scaled_meta(a, /, scale=2.0):
+        return ltorch.mul(a, scale)
+
+    scaled = Symbol(name="scaled_by", meta=scaled_meta, _module=None)
+    jitted = thunder.jit(lambda t: scaled(scaled(t), scale=0.5), executors=thunderplug.discover())
+    torch.testing.assert_close(jitted(x), x * 2 * 0.5)
+    assert [fn for fn in asked if fn is scaled_meta] == [scaled_meta]
+    try:
+        patch.write(original)
+        bound = _compiled_traces(module, x)
+    finally:
+        patch.write(once)
+    torch.testing.assert_close(fast[:2], bound[:2], rtol=0, atol=0)
+    assert fast[2] == bound[2]
+    symbol = Symbol(name="scaled", meta=lambda a, /, scale=2, *, shift=0: a)
+    assert once(symbol, 1, shift=3) == original(symbol, 1, shift=3) == ((1, 2), {"shift": 3})
+    monkeypatch.setattr(inspect, "signature", counted)
+    asked.clear()
+    once(symbol, 1), once(symbol, 1)  # outside a compilation: thunder's, computing it each time
+    assert len(asked) == 2
+
+
 def _branches_on_is_compiling(x):
     return x + 1 if not torch.compiler.is_compiling() else x - 1
 

@@ -333,6 +333,13 @@ PATCHES: tuple[Patch, ...] = (
         "compilation. The tables are read by subscript, which tracks only what it reads; the rest is torch's code.",
     ),
     Patch(
+        "one signature per meta", Symbol, "normalize",
+        lambda original: speedups.normalize_with_signature_once(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "`Symbol.normalize` (every bound symbol made) recomputes `inspect.signature` of the symbol's meta at each "
+        "call: it is computed once per meta function while that lives; binding is `inspect`'s, as in thunder.",
+    ),
+    Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
         lambda original: speedups.remove_noop_subsymbols(
             original, lambda: active_core_executor() is not None, aten.is_registered_symbol
