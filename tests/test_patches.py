@@ -306,6 +306,22 @@ def _compiled_traces(module, x):
     return result, grads, [_trace_without_comments(t) for t in traces]
 
 
+def _traces_with_thunders_own(patch, module, x):
+    """:func:`_compiled_traces` with thunder's original in place of the patch's replacement."""
+    replacement = patch.read()
+    try:
+        patch.write(patches._originals[patch.name][0])
+        return _compiled_traces(module, x)
+    finally:
+        patch.write(replacement)
+
+
+def _assert_same_compilation(traces, others):
+    """Equal values and gradients (bit for bit) and equal traces (up to comments)."""
+    torch.testing.assert_close(traces[:2], others[:2], rtol=0, atol=0)
+    assert traces[2] == others[2]
+
+
 def test_builtins_lookups_trace_what_interpretation_traces():
     """Builtins found without interpreting their subscripts: the same prologue, forward and backward
     traces (up to comments) and the same values and gradients (eager's); only a name that is not a builtin (and
@@ -333,16 +349,14 @@ def test_builtins_lookups_trace_what_interpretation_traces():
     try:
         patch.write(speedups.builtins_without_interpretation(counted, lambda: active_core_executor() is not None))
         fast = _compiled_traces(module, x)
-        patch.write(original)
-        interpreted = _compiled_traces(module, x)
     finally:
         patch.write(replacement)
+    interpreted = _traces_with_thunders_own(patch, module, x)
     assert asked == ["undefined_name"]
     torch.testing.assert_close(fast[0], expected)
     for got, want in zip(fast[1], expected_grads):
         torch.testing.assert_close(got, want)
-    torch.testing.assert_close(fast[:2], interpreted[:2], rtol=0, atol=0)
-    assert fast[2] == interpreted[2]
+    _assert_same_compilation(fast, interpreted)
     assert "offset" in fast[2][0]  # the prologue unpacks the buffer through the module's dicts
 
 
@@ -355,7 +369,7 @@ def test_one_disassembly_per_code_object():
 
     thunderplug.discover()
     patch = next(p for p in patches.PATCHES if p.name == "one disassembly per code object")
-    once, original = patch.read(), patches._originals[patch.name][0]
+    once = patch.read()
     assert once.Instruction is dis.Instruction and once.opmap is dis.opmap
     torch.manual_seed(0)
     module, x = _Builtins(), torch.randn(2, 4, requires_grad=True)
@@ -373,13 +387,7 @@ def test_one_disassembly_per_code_object():
     del scaled, namespace
     gc.collect()
     assert not any(key in once._instructions for key in keys)  # forgotten with their code objects
-    try:
-        patch.write(original)
-        interpreted = _compiled_traces(module, x)
-    finally:
-        patch.write(once)
-    torch.testing.assert_close(fast[:2], interpreted[:2], rtol=0, atol=0)
-    assert fast[2] == interpreted[2]
+    _assert_same_compilation(fast, _traces_with_thunders_own(patch, module, x))
 
 
 def test_symbols_bind_as_thunders_with_one_signature_per_meta(monkeypatch):
@@ -417,13 +425,7 @@ def test_symbols_bind_as_thunders_with_one_signature_per_meta(monkeypatch):
     jitted = thunder.jit(lambda t: scaled(scaled(t), scale=0.5), executors=thunderplug.discover())
     torch.testing.assert_close(jitted(x), x * 2 * 0.5)
     assert [fn for fn in asked if fn is scaled_meta] == [scaled_meta]
-    try:
-        patch.write(original)
-        bound = _compiled_traces(module, x)
-    finally:
-        patch.write(once)
-    torch.testing.assert_close(fast[:2], bound[:2], rtol=0, atol=0)
-    assert fast[2] == bound[2]
+    _assert_same_compilation(fast, _traces_with_thunders_own(patch, module, x))
     symbol = Symbol(name="scaled", meta=lambda a, /, scale=2, *, shift=0: a)
     assert once(symbol, 1, shift=3) == original(symbol, 1, shift=3) == ((1, 2), {"shift": 3})
     monkeypatch.setattr(inspect, "signature", counted)
