@@ -269,27 +269,36 @@ def _fold_round_trips(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     return result
 
 
-def uses_core_executor(compile_data: Any) -> bool:
-    """Whether a jitted function's ``CompileData`` lists a thunderplug executor (``discover()``'s list)."""
-    return any(isinstance(ex, ThunderplugExecutor) for ex in getattr(compile_data, "executors_list", ()))
-
-
 _core_of: weakref.WeakKeyDictionary[Any, ThunderplugExecutor | None] = weakref.WeakKeyDictionary()
 
 
-def active_core_executor() -> ThunderplugExecutor | None:
-    """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used
-    (asked for every call the interpreter makes: found once per jitted function; thunder only ever
-    adds its ad-hoc executors to the list)."""
-    compile_data = get_compile_data()
-    if compile_data is None:
-        return None
+def core_executor_of(compile_data: Any) -> ThunderplugExecutor | None:
+    """The thunderplug executor a jitted function's ``CompileData`` lists (``discover()``'s list), if any.
+    Asked for every call the interpreter makes, so found once per jitted function: its executors are fixed
+    when ``thunder.jit`` is called."""
     try:
         return _core_of[compile_data]
+    except TypeError:  # not weakly referenceable (None: a module thunder did not jit): not kept
+        return _listed_core(compile_data)
     except KeyError:
-        found = next((ex for ex in compile_data.executors_list if isinstance(ex, ThunderplugExecutor)), None)
-        _core_of[compile_data] = found
+        found = _core_of[compile_data] = _listed_core(compile_data)
         return found
+
+
+def _listed_core(compile_data: Any) -> ThunderplugExecutor | None:
+    executors = getattr(compile_data, "executors_list", ())
+    return next((ex for ex in executors if isinstance(ex, ThunderplugExecutor)), None)
+
+
+def uses_core_executor(compile_data: Any) -> bool:
+    """Whether a jitted function's ``CompileData`` lists a thunderplug executor (``discover()``'s list)."""
+    return core_executor_of(compile_data) is not None
+
+
+def active_core_executor() -> ThunderplugExecutor | None:
+    """The thunderplug executor of the compilation in progress, if ``discover()``'s list is used."""
+    compile_data = get_compile_data()
+    return None if compile_data is None else core_executor_of(compile_data)
 
 
 def drop_kept_decompositions(traces: list[TraceCtx]) -> None:
