@@ -1,6 +1,7 @@
 """Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without
 discover(), effective with it."""
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -297,23 +298,27 @@ class _Builtins(torch.nn.Module):
         return getattr(torch, self.activation)(y).sum()
 
 
-def _compiled_traces(module, x):
+def _compiled_traces(module, x, *others):
+    """Value, gradients (of ``x`` and the parameters) and traces of ``module(x, *others)`` jitted."""
     jitted = thunder.jit(module, executors=thunderplug.discover())
-    result = jitted(x)
+    result = jitted(x, *others)
     grads = torch.autograd.grad(result, [x, *module.parameters()])
     traces = [*thunder.last_prologue_traces(jitted), *thunder.last_traces(jitted)]
     traces += thunder.last_backward_traces(jitted)
     return result, grads, [_trace_without_comments(t) for t in traces]
 
 
-def _traces_with_thunders_own(patch, module, x):
-    """:func:`_compiled_traces` with thunder's original in place of the patch's replacement."""
-    replacement = patch.read()
+def _traces_with_thunders_own(patch_or_patches, module, x, *others):
+    """:func:`_compiled_traces` with thunder's originals in place of the patches' replacements."""
+    chosen = patch_or_patches if isinstance(patch_or_patches, list) else [patch_or_patches]
+    replacements = [patch.read() for patch in chosen]
     try:
-        patch.write(patches._originals[patch.name][0])
-        return _compiled_traces(module, x)
+        for patch in chosen:
+            patch.write(patches._originals[patch.name][0])
+        return _compiled_traces(module, x, *others)
     finally:
-        patch.write(replacement)
+        for patch, replacement in zip(chosen, replacements):
+            patch.write(replacement)
 
 
 def _assert_same_compilation(traces, others):
@@ -358,6 +363,115 @@ def test_builtins_lookups_trace_what_interpretation_traces():
         torch.testing.assert_close(got, want)
     _assert_same_compilation(fast, interpreted)
     assert "offset" in fast[2][0]  # the prologue unpacks the buffer through the module's dicts
+
+
+class _Containers(torch.nn.Module):
+    """``bool``, ``len``, ``in`` and subscripts of builtin containers: module attributes (a dict of
+    tensors, an OrderedDict, a tuple, a list, sets, a string, None), arguments (a list of tensors, a
+    dict of numbers) and a dict made and changed in forward; the KeyError and IndexError paths."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.scales = {"a": torch.tensor(2.0), "b": torch.tensor(3.0)}
+        self.order = collections.OrderedDict(first=1, second=2)
+        self.names = ("a", "b")
+        self.sizes = [1, 2, 3]
+        self.tags = frozenset({"x"})
+        self.empty: dict = {}
+        self.label = "block"
+        self.nothing = None
+
+    def forward(self, x, pieces, options):
+        y = self.linear(x)
+        if self.scales and "a" in self.scales and "z" not in self.scales:
+            y = y * self.scales["a"] + len(self.scales)
+        if not self.empty and not self.nothing and self.label and len(self.names) == 2:
+            y = y + len(self.label) + self.sizes[-1] + sum(self.sizes[1:])
+        if self.order and "second" in self.order and "x" in self.tags and "y" not in {"z"}:
+            y = y * self.order["second"] + self.names.index(self.names[1])
+        made = {"k": y}
+        made["j"] = y * 2
+        if len(made) == 2 and "j" in made and made:
+            y = made["j"] - made["k"]
+        if pieces and len(pieces) == 2:
+            y = y + pieces[0] * pieces[-1]
+        if options["scale"] and "shift" in options and not 0.0:
+            y = y * options["scale"] + options["shift"]
+        try:
+            y = y + self.scales["missing"]
+        except KeyError:
+            y = y - 1
+        try:
+            y = y + self.sizes[5]
+        except IndexError:
+            y = y + 1
+        return y.sum()
+
+
+def test_builtin_containers_read_without_interpreting_helpers():
+    """``bool``/``len``/``in``/subscripts of builtin containers called on their own methods: eager's
+    values and gradients, the same prologue, forward and backward traces as thunder's own helpers
+    (the prologue checks the same items), and no builtin container reaching those helpers."""
+    from thunder.core.interpreter import unwrap
+
+    from thunderplug.subclass.executor import active_core_executor
+    from thunderplug.thunder_compat import speedups
+
+    thunderplug.discover()
+    torch.manual_seed(0)
+    module, x = _Containers(), torch.randn(2, 4, requires_grad=True)
+    others = ([torch.randn(4), torch.randn(4)], {"scale": 3, "shift": 0.5})
+    expected = module(x, *others)
+    expected_grads = torch.autograd.grad(expected, [x, *module.parameters()])
+    chosen = [p for p in patches.PATCHES if p.name.startswith(("bool()", "len()", "in of", "subscripts of"))]
+    assert len(chosen) == 4
+    reached: list[type] = []  # types that reached thunder's helpers
+    handled = [0]
+
+    def active():
+        handled[0] += 1
+        return active_core_executor() is not None
+
+    def sized(builtin):
+        original = patches._originals[f"{builtin.__name__}() of builtin values"][0]
+
+        def counted(value):
+            reached.append(type(unwrap(value)))
+            return original(value)
+
+        return speedups.container_sizes_without_interpretation(builtin, counted, active)
+
+    def handler(name, make, depth):
+        original = patches._originals[name][0]
+
+        def counted(inst, **state):
+            reached.append(type(unwrap(state["stack"]._stack[-depth])))
+            return original(inst, **state)
+
+        return make(counted, active)
+
+    fast_ones = [
+        sized(bool),
+        sized(len),
+        handler("in of dicts and sets", speedups.membership_tests_without_interpretation, 1),
+        handler("subscripts of dicts, lists, tuples", speedups.subscripts_without_interpretation, 2),
+    ]
+    replacements = [patch.read() for patch in chosen]
+    try:
+        for patch, fast_one in zip(chosen, fast_ones):
+            patch.write(fast_one)
+        fast = _compiled_traces(module, x, *others)
+    finally:
+        for patch, replacement in zip(chosen, replacements):
+            patch.write(replacement)
+    interpreted = _traces_with_thunders_own(chosen, module, x, *others)
+    covered = {dict, collections.OrderedDict, list, tuple, set, frozenset, str, type(None), int, float}
+    assert handled[0] > 20 and not covered & set(reached), reached
+    torch.testing.assert_close(fast[0], expected)
+    for got, want in zip(fast[1], expected_grads):
+        torch.testing.assert_close(got, want)
+    _assert_same_compilation(fast, interpreted)
 
 
 def test_one_disassembly_per_code_object():

@@ -152,6 +152,33 @@ PATCHES: tuple[Patch, ...] = (
         "as two lambdas and their two subscripts (~4,000 Python calls each time, ~40% of interpreting a float8 GPT): "
         "the lookaside those frames end in is called on the same wrapped dicts directly.",
     ),
+    *(
+        Patch(
+            f"{builtin.__name__}() of builtin values", interpreter._default_lookaside_map, builtin,
+            functools.partial(speedups.container_sizes_without_interpretation, builtin, active=_compiling_with_core),
+            "discover() compilations",
+            f"`{builtin.__name__}(x)` of a builtin container (or None or a number) is two interpreted helper frames "
+            "(`getattr(type(x), '__bool__', object())`, `hasattr`, `len`'s own) that end in the type's `__len__` "
+            "(`__bool__`): `nn.Module.__call__` asks `bool()` of eight hook dicts per module call. That method is "
+            "called through the interpreter directly (thunder's provenance-tracking one for dicts, lists, tuples).",
+        )
+        for builtin in (bool, len)
+    ),
+    Patch(
+        "in of dicts and sets", interpreter._default_opcode_handler_map, "CONTAINS_OP",
+        lambda original: speedups.membership_tests_without_interpretation(original, _compiling_with_core),
+        "discover() compilations",
+        "`k in d` is an interpreted helper frame (`hasattr`, `getattr(d, '__contains__')(k)`); for a dict or set "
+        "that `__contains__` is called through the interpreter directly (thunder's provenance-tracking one for "
+        "dicts, which tracks the dict's items as before).",
+    ),
+    Patch(
+        "subscripts of dicts, lists, tuples", interpreter._default_opcode_handler_map, "BINARY_SUBSCR",
+        lambda original: speedups.subscripts_without_interpretation(original, _compiling_with_core),
+        "discover() compilations",
+        "`c[i]` is an interpreted helper frame (`c.__getitem__(i)`); for a dict, list or tuple thunder's "
+        "provenance-tracking `__getitem__` is called through the interpreter directly: the same wrapped item.",
+    ),
     Patch(
         "one disassembly per code object", interpreter, "dis",
         lambda original: speedups.DisassemblyOnce(original, lambda: active_core_executor() is not None),

@@ -37,6 +37,17 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   wrapped dict and key: the same wrapped value, with the same provenance, cached in the same
   item wrappers. Module globals, builtins modules (``__main__``) and names that are not there
   (the ``NameError``) are looked up as before.
+* **Builtin containers read without interpreting helpers.** ``bool(d)`` and ``len(d)`` of a
+  builtin container, ``k in d`` of a dict or set and ``c[i]`` of a dict, list or tuple are, in
+  thunder's interpreter, interpreted helper frames (``bool``'s: ``getattr(type(x), "__bool__",
+  object())``, ``hasattr``; ``len``'s: ``hasattr``, ``getattr``; the subscript's and ``in``'s:
+  ``obj.__getitem__(i)``, ``getattr(d, "__contains__")(k)``) that end in the container's own method
+  (thunder's provenance-tracking ``__len__``, ``__contains__``, ``__getitem__`` for dicts, lists
+  and tuples; the type's own for the rest). ``nn.Module.__call__`` asks ``bool()`` of eight hook
+  dicts per module call; these frames were a quarter of the Python calls of interpreting a float8
+  GPT block. The replacements call that method through the interpreter directly, on the same
+  wrapped values: the same result, the same item tracking (and so the same prologue checks).
+  Other types (subclasses of these, user containers, proxies) take thunder's own path.
 * **Claims bound directly.** thunder's claiming pass (``_transform_for_operator_executor_execution``,
   run five times per compilation) hands a bound symbol that an operator executor takes without an
   execution transform to that executor's operator by *calling* it: the operator's meta runs
@@ -74,9 +85,11 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import inspect
+import operator
 import threading
 import types
 import weakref
@@ -565,3 +578,76 @@ class MetaRandnAsEmpty(types.ModuleType):
         if on_meta and kwargs.keys() <= self._EMPTY_KEYWORDS:
             return self._original.empty(*size, **kwargs)
         return self._original.randn(*size, **kwargs)
+
+
+_LENGTH_TYPES = frozenset({dict, collections.OrderedDict, list, tuple, set, frozenset, str})
+_TRUTH_TYPES = frozenset({type(None), int, float})  # a ``__bool__`` of their own
+_MEMBERSHIP_TYPES = frozenset({dict, collections.OrderedDict, set, frozenset})  # answers a plain bool
+_SUBSCRIPT_TYPES = frozenset({dict, collections.OrderedDict, list, tuple})
+
+
+def container_sizes_without_interpretation(
+    builtin: Callable[[Any], Any], original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """thunder's lookaside for ``bool`` or ``len`` (``builtin``): for a value of a builtin type it
+    calls the type's ``__len__`` (``__bool__`` for None and numbers) through the interpreter instead
+    of interpreting thunder's helper frames that reach it (see the module docstring)."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    def replacement(x: Any) -> Any:
+        typ = type(unwrap(x))
+        if not active():
+            return original(x)
+        if builtin is bool and typ in _TRUTH_TYPES:
+            return _interpret_call(wrap_const(typ.__bool__), x)
+        if typ not in _LENGTH_TYPES:
+            return original(x)
+        length = _interpret_call(wrap_const(typ.__len__), x)
+        if builtin is len or length is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return length
+        return _interpret_call(wrap_const(operator.truth), length)
+
+    return replacement
+
+
+def membership_tests_without_interpretation(original: Callable[..., Any], active: Callable[[], bool]) -> Callable:
+    """thunder's ``CONTAINS_OP`` handler: ``k in d`` / ``k not in d`` of a dict or set calls its
+    ``__contains__`` through the interpreter directly (see the module docstring)."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    def contains_op_handler(inst: Any, /, **state: Any) -> Any:
+        stack = state["stack"]
+        if not active() or len(stack._stack) < 2 or type(unwrap(stack._stack[-1])) not in _MEMBERSHIP_TYPES:
+            return original(inst, **state)
+        container = stack.pop_wrapped()
+        key = stack.pop_wrapped()
+        result = _interpret_call(wrap_const(type(unwrap(container)).__contains__), container, key)
+        if result is not INTERPRETER_SIGNALS.EXCEPTION_RAISED and inst.arg == 1:
+            result = _interpret_call(wrap_const(operator.not_), result)
+        if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return result
+        stack.append(result)
+        return None
+
+    return contains_op_handler
+
+
+def subscripts_without_interpretation(original: Callable[..., Any], active: Callable[[], bool]) -> Callable:
+    """thunder's ``BINARY_SUBSCR`` handler: ``c[i]`` of a dict, list or tuple calls its
+    ``__getitem__`` (thunder's provenance-tracking one) through the interpreter directly (see the
+    module docstring)."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    def binary_subscr_handler(inst: Any, /, **state: Any) -> Any:
+        stack = state["stack"]
+        if not active() or len(stack._stack) < 2 or type(unwrap(stack._stack[-2])) not in _SUBSCRIPT_TYPES:
+            return original(inst, **state)
+        index = stack.pop_wrapped()
+        container = stack.pop_wrapped()
+        result = _interpret_call(wrap_const(type(unwrap(container)).__getitem__), container, index)
+        if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return result
+        stack.append(result)
+        return None
+
+    return binary_subscr_handler
