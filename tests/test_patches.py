@@ -5,6 +5,7 @@ import collections
 import copy
 import dataclasses
 import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -472,6 +473,114 @@ def test_builtin_containers_read_without_interpreting_helpers():
     for got, want in zip(fast[1], expected_grads):
         torch.testing.assert_close(got, want)
     _assert_same_compilation(fast, interpreted)
+
+
+class _ModuleCalls(torch.nn.Module):
+    """Submodules called plainly, with keywords, with hooks of their own, and with a ``forward``
+    replaced on the instance."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+        self.hooked = torch.nn.Linear(4, 4)
+        self.hooked.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+        self.hooked.register_forward_hook(lambda module, args, out: out + 1)
+        self.replaced = torch.nn.Linear(4, 4)
+        self.replaced.forward = lambda x: torch.nn.functional.linear(x, self.replaced.weight, self.replaced.bias) * 3
+
+    def forward(self, x):
+        return (self.plain(input=x) + self.hooked(x) + self.replaced(x)).sum()
+
+
+@pytest.mark.parametrize("global_hook", [False, True], ids=["module-hooks", "global-hook"])
+def test_module_calls_without_hook_checks_trace_what_interpretation_traces(global_hook):
+    """A module call with no hooks interprets its ``forward`` directly; a module with hooks, or every
+    module while a global hook is registered, is interpreted as torch's ``__call__``: eager's values and
+    gradients (the hooks ran), and the same traces as with thunder interpreting every call."""
+    from thunderplug.thunder_compat import speedups
+
+    thunderplug.discover()
+    torch.manual_seed(0)
+    module, x = _ModuleCalls(), torch.randn(2, 4, requires_grad=True)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: out) if global_hook else None
+    try:
+        expected = module(x)
+        expected_grads = torch.autograd.grad(expected, [x, *module.parameters()])
+        patch = next(p for p in patches.PATCHES if p.name == "module calls without hook checks")
+        direct: list[str] = []
+
+        checked = speedups._calls_forward_only
+
+        def recorded(candidate):
+            answer = checked(candidate)
+            if answer:
+                direct.append(type(candidate).__name__)
+            return answer
+
+        replacement = patch.read()
+        try:
+            speedups._calls_forward_only = recorded
+            patch.write(speedups.module_calls_without_hook_checks(None))
+            fast = _compiled_traces(module, x)
+        finally:
+            speedups._calls_forward_only = checked
+            patch.write(replacement)
+        interpreted = _traces_with_thunders_own(patch, module, x)
+    finally:
+        if handle is not None:
+            handle.remove()
+    called_directly = ["Linear", "Linear", "Sequential", "Tanh", "_ModuleCalls"]  # all but `hooked`
+    assert sorted(direct) == ([] if global_hook else called_directly)
+    torch.testing.assert_close(fast[0], expected)
+    for got, want in zip(fast[1], expected_grads):
+        torch.testing.assert_close(got, want)
+    _assert_same_compilation(fast, interpreted)
+
+
+class _RegistersHooks(torch.nn.Module):
+    """Reads submodules and registers a hook while traced: stock thunder's prologue then checks torch's
+    hook counter, reached through the globals of ``nn.Module.__call__``."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.inner.register_forward_hook(lambda module, args, out: out * 2)
+        return self.inner(x).sum()
+
+
+@pytest.mark.parametrize("module_class", [_Builtins, _RegistersHooks])
+def test_stock_compilations_do_not_see_discover_only_lookasides(module_class):
+    """Outside discover() compilations thunder finds no lookaside for the functions it interprets that
+    the table gives one (its own answer for them): stock ``thunder.jit`` with the patches installed
+    traces what it traces without them (prologue included) and fails where it fails."""
+    from thunder.core import interpreter
+
+    thunderplug.discover()
+    for fn in patches._DISCOVER_ONLY_LOOKASIDES:  # thunder's lookup has no answer for them but the table's
+        assert not interpreter.is_opaque(fn) and fn in jit_ext._general_jit_lookaside_map
+        assert fn not in interpreter._default_lookaside_map
+        assert fn not in interpreter._default_provenance_tracking_lookaside_map
+
+    def stock_traces():
+        torch.manual_seed(0)
+        jitted = thunder.jit(module_class())
+        try:
+            jitted(torch.randn(2, 4))
+        except RuntimeError as error:  # the hook counter's check: its values differ between the two runs
+            return re.sub(r"\d+", "N", str(error))
+        traces = (*thunder.last_prologue_traces(jitted), *thunder.last_traces(jitted))
+        return [_trace_without_comments(t) for t in traces]
+
+    with_patches = stock_traces()
+    patches.uninstall()
+    try:
+        without = stock_traces()
+    finally:
+        patches.install()
+    assert with_patches == without
+    assert isinstance(with_patches, str) == (module_class is _RegistersHooks)  # stock fails on the hook counter
 
 
 def test_one_disassembly_per_code_object():

@@ -180,6 +180,14 @@ PATCHES: tuple[Patch, ...] = (
         "provenance-tracking `__getitem__` is called through the interpreter directly: the same wrapped item.",
     ),
     Patch(
+        "module calls without hook checks", _LOOKASIDES, torch.nn.Module._wrapped_call_impl,
+        speedups.module_calls_without_hook_checks, "discover() compilations",
+        "calling a submodule interprets torch's `Module.__call__` (the compiled-call and tracing checks, eight hook "
+        "tables, then `forward_call(*args, **kwargs)`): for a module without hooks (its own or global), not "
+        "`Module.compile`d and not under TorchScript tracing, that only calls `self.forward`, which is read and "
+        "called through the interpreter directly; other modules' calls are interpreted as before.",
+    ),
+    Patch(
         "one disassembly per code object", interpreter, "dis",
         lambda original: speedups.DisassemblyOnce(original, lambda: active_core_executor() is not None),
         "discover() compilations",
@@ -352,7 +360,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "Module.__getattr__ lookaside", _LOOKASIDES, torch.nn.Module.__getattr__,
-        sharing.module_getattr_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        sharing.module_getattr_lookaside(interpret_call), "discover() compilations",
         "torch's `nn.Module.__getattr__` (a submodule, parameter or buffer read as an attribute) asks "
         "`\"_parameters\" in self.__dict__`, for which thunder's interpreter tracks every item of the module's "
         "`__dict__`: the prologue then checks every number and string attribute of the module, read or not (a "
@@ -449,6 +457,14 @@ PATCHES: tuple[Patch, ...] = (
         "before each call of a method that changes a list, deque, dict or set (`append`, `__setitem__`, `add`, ...) "
         "on a container the function did not create, its contents are noted (for the refusal of changes to "
         "containers the function did not create); thunder's lookaside is returned unchanged.",
+    ),
+    Patch(
+        "lookasides of discover() only", jit_ext, "general_jit_lookaside",
+        lambda original: _hiding_discover_only_lookasides(original), "compilations without discover()",
+        "the lookasides this table adds for Python functions thunder interprets (`nn.Module.__getattr__`, "
+        "`nn.Module.__call__`) are not seen by other compilations, which interpret those functions exactly as "
+        "before (interpreting a copy instead would give the module's globals another provenance, and stock "
+        "thunder's prologue other guards).",
     ),
     Patch(
         "torch.cat lookaside", _LOOKASIDES, torch.cat,
@@ -548,6 +564,24 @@ PATCHES: tuple[Patch, ...] = (
     ),
 )
 
+#: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
+_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl)
+_discover_only_ids: set[int] = set()  # ids of those lookasides while installed
+
+
+def _hiding_discover_only_lookasides(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's lookaside lookup, answering ``None`` (thunder's answer without the entry: the function is
+    interpreted) for a lookaside of :data:`_DISCOVER_ONLY_LOOKASIDES` outside discover() compilations."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        found = original(fn, *args, **kwargs)
+        if found is not None and id(found) in _discover_only_ids and not _compiling_with_core():
+            return None
+        return found
+
+    return replacement
+
+
 _originals: dict[str, tuple[Any, bool]] = {}
 _lock = threading.Lock()
 
@@ -562,11 +596,13 @@ def install() -> None:
             original = patch.read()
             _originals[patch.name] = (original, had_key)
             patch.write(patch.make(original.__func__ if isinstance(original, staticmethod) else original))
+        _discover_only_ids.update(id(_LOOKASIDES[fn]) for fn in _DISCOVER_ONLY_LOOKASIDES)
 
 
 def uninstall() -> None:
     """Restore thunder exactly as it was before :func:`install`."""
     with _lock:
+        _discover_only_ids.clear()
         for patch in reversed(PATCHES):
             if patch.name in _originals:
                 patch.restore(*_originals.pop(patch.name))
@@ -628,11 +664,19 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+_TABLE_NAMES = {
+    id(_LOOKASIDES): "thunder.core.jit_ext._general_jit_lookaside_map",
+    id(interpreter._default_lookaside_map): "thunder.core.interpreter._default_lookaside_map",
+    id(interpreter._default_opcode_handler_map): "thunder.core.interpreter._default_opcode_handler_map",
+    id(backward_impls): "thunder.core.transforms.backward_impls",
+}
+
+
 def _where(patch: Patch) -> str:
     if isinstance(patch.owner, dict):
         key = patch.key
         name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None) or repr(key)
-        return f"thunder.core.jit_ext._general_jit_lookaside_map[{name}]"
+        return f"{_TABLE_NAMES[id(patch.owner)]}[{name}]"
     owner = getattr(patch.owner, "__qualname__", None) or patch.owner.__name__
     return f"{getattr(patch.owner, '__module__', '') + '.' if isinstance(patch.owner, type) else ''}{owner}.{patch.key}"
 

@@ -171,18 +171,14 @@ def _name(module: Any) -> str:
     return f"{type(module).__qualname__} at {id(module):#x}"
 
 
-def module_getattr_lookaside(interpret: Callable[..., Any], active: Callable[[], bool]) -> Callable[[Any], Callable]:
+def module_getattr_lookaside(interpret: Callable[..., Any]) -> Callable[[Any], Callable]:
     """A lookaside for ``torch.nn.Module.__getattr__`` (a submodule, parameter or buffer read as an
-    attribute): in discover() compilations :func:`_module_getattr`, otherwise torch's own code,
-    interpreted as before."""
-    original = torch.nn.Module.__getattr__
-    # the same code as another function object, which has no lookaside: thunder interprets it as before
-    unlooked = types.FunctionType(original.__code__, original.__globals__, original.__name__,
-                                  original.__defaults__, original.__closure__)
+    attribute) in discover() compilations: :func:`_module_getattr` (other compilations do not see it:
+    patches' "lookasides of discover() only")."""
 
     def make(_no_lookaside: Any) -> Callable[..., Any]:
         def lookaside(*args: Any, **kwargs: Any) -> Any:
-            return interpret(_module_getattr if active() else unlooked, *args, **kwargs)
+            return interpret(_module_getattr, *args, **kwargs)
 
         return lookaside
 

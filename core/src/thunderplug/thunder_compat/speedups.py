@@ -48,6 +48,13 @@ what they produce (issue 14: the first call of a float8 GPT against plain thunde
   GPT block. The replacements call that method through the interpreter directly, on the same
   wrapped values: the same result, the same item tracking (and so the same prologue checks).
   Other types (subclasses of these, user containers, proxies) take thunder's own path.
+* **Module calls without hook checks.** Calling a submodule in interpreted code interprets torch's
+  ``Module.__call__`` (``_wrapped_call_impl``, ``_call_impl``: the compiled-call and tracing
+  checks, eight hook tables, ``forward_call(*args, **kwargs)``), about a tenth of interpreting a
+  float8 GPT block. For a module with no hooks of its own and no global ones, not compiled by
+  ``Module.compile``, outside TorchScript tracing, that code only calls ``self.forward``: its
+  ``forward`` is read and called through the interpreter directly. Any other module's call is
+  interpreted as before (so hooks run as they did).
 * **Claims bound directly.** thunder's claiming pass (``_transform_for_operator_executor_execution``,
   run five times per compilation) hands a bound symbol that an operator executor takes without an
   execution transform to that executor's operator by *calling* it: the operator's meta runs
@@ -96,6 +103,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS
 from thunder.core.prims import OpTags, PrimIDs
@@ -651,3 +659,50 @@ def subscripts_without_interpretation(original: Callable[..., Any], active: Call
         return None
 
     return binary_subscr_handler
+
+
+_MODULE_CALL = torch.nn.Module._wrapped_call_impl
+_HOOK_TABLES = ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks", "_forward_pre_hooks")
+_GLOBAL_HOOK_TABLES = (
+    "_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_hooks", "_global_forward_pre_hooks",
+)  # fmt: skip
+
+
+def module_calls_without_hook_checks(_no_lookaside: Any) -> Callable[..., Any]:
+    """A lookaside for ``nn.Module.__call__`` (``_wrapped_call_impl``) in discover() compilations
+    (other compilations do not see it: patches' "lookasides of discover() only"): a module without
+    hooks (its own and torch's global ones), not compiled by ``Module.compile`` and not under
+    TorchScript tracing has its ``forward`` interpreted directly, which is all ``_call_impl`` does
+    for it; any other module's call interprets torch's code as before."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    # the same code as another function object, which has no lookaside: thunder interprets it as before
+    unlooked = types.FunctionType(
+        _MODULE_CALL.__code__, _MODULE_CALL.__globals__, _MODULE_CALL.__name__,
+        _MODULE_CALL.__defaults__, _MODULE_CALL.__closure__,
+    )  # fmt: skip
+
+    def lookaside(wrapped_module: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _calls_forward_only(unwrap(wrapped_module)):
+            return _interpret_call(unlooked, wrapped_module, *args, **kwargs)
+        forward = _interpret_call(getattr, wrapped_module, wrap_const("forward"))
+        if forward is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return forward
+        return _interpret_call(forward, *args, **kwargs)
+
+    return lookaside
+
+
+def _calls_forward_only(module: Any) -> bool:
+    """Whether torch's ``Module.__call__`` of ``module`` does nothing but call ``module.forward``."""
+    cls = type(module)
+    if not isinstance(module, torch.nn.Module) or cls.__call__ is not _MODULE_CALL:
+        return False
+    if cls._call_impl is not torch.nn.Module._call_impl:
+        return False
+    state = module.__dict__
+    if getattr(module, "_compiled_call_impl", None) is not None or torch._C._get_tracing_state():
+        return False
+    if not all(name in state for name in _HOOK_TABLES) or any(state[name] for name in _HOOK_TABLES):
+        return False
+    return not any(getattr(torch.nn.modules.module, name) for name in _GLOBAL_HOOK_TABLES)
