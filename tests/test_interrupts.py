@@ -26,6 +26,15 @@ INTERRUPTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _sigint_raises_keyboard_interrupt():
+    """SIGINT raises KeyboardInterrupt, as in a terminal, also where the test process started with SIGINT
+    ignored (a shell's background job)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class Switch:
     """Raises the chosen interrupt while on."""
 
