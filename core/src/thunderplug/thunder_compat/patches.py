@@ -93,6 +93,24 @@ def _compiling_with_core() -> bool:
     return active_core_executor() is not None
 
 
+#: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
+_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl)
+_discover_only_ids: set[int] = set()  # ids of those lookasides while installed
+
+
+def _hiding_discover_only_lookasides(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's lookaside lookup, answering ``None`` (thunder's answer without the entry: the function is
+    interpreted) for a lookaside of :data:`_DISCOVER_ONLY_LOOKASIDES` outside discover() compilations."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        found = original(fn, *args, **kwargs)
+        if found is not None and id(found) in _discover_only_ids and not _compiling_with_core():
+            return None
+        return found
+
+    return replacement
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         "proxify", dtensor_proxy, "proxify_dtensor", interception.proxify, "discover() compilations",
@@ -460,7 +478,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "lookasides of discover() only", jit_ext, "general_jit_lookaside",
-        lambda original: _hiding_discover_only_lookasides(original), "compilations without discover()",
+        _hiding_discover_only_lookasides, "compilations without discover()",
         "the lookasides this table adds for Python functions thunder interprets (`nn.Module.__getattr__`, "
         "`nn.Module.__call__`) are not seen by other compilations, which interpret those functions exactly as "
         "before (interpreting a copy instead would give the module's globals another provenance, and stock "
@@ -563,24 +581,6 @@ PATCHES: tuple[Patch, ...] = (
         "trace's names are reserved first.",
     ),
 )
-
-#: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
-_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl)
-_discover_only_ids: set[int] = set()  # ids of those lookasides while installed
-
-
-def _hiding_discover_only_lookasides(original: Callable[..., Any]) -> Callable[..., Any]:
-    """thunder's lookaside lookup, answering ``None`` (thunder's answer without the entry: the function is
-    interpreted) for a lookaside of :data:`_DISCOVER_ONLY_LOOKASIDES` outside discover() compilations."""
-
-    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        found = original(fn, *args, **kwargs)
-        if found is not None and id(found) in _discover_only_ids and not _compiling_with_core():
-            return None
-        return found
-
-    return replacement
-
 
 _originals: dict[str, tuple[Any, bool]] = {}
 _lock = threading.Lock()
