@@ -2,6 +2,7 @@
 discover(), effective with it."""
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -265,12 +266,8 @@ def test_tensor_method_calls_trace_what_interpretation_traces():
         return [str(t) for t in thunder.last_traces(jitted)], [str(t) for t in thunder.last_backward_traces(jitted)]
 
     fast = compiled()
-    replacement = patch.read()
-    patch.write(patches._originals[patch.name][0])
-    try:
+    with _standing_in(*_thunders_own(patch)):
         interpreted = compiled()
-    finally:
-        patch.write(replacement)
     assert [_trace_without_comments(t) for t in fast[0] + fast[1]] == [
         _trace_without_comments(t) for t in interpreted[0] + interpreted[1]
     ]
@@ -309,17 +306,29 @@ def _compiled_traces(module, x, *others):
     return result, grads, [_trace_without_comments(t) for t in traces]
 
 
+@contextlib.contextmanager
+def _standing_in(*pairs):
+    """For the block, each ``(patch, function)`` pair's function in place of the patch's replacement."""
+    replacements = [patch.read() for patch, _ in pairs]
+    try:
+        for patch, function in pairs:
+            patch.write(function)
+        yield
+    finally:
+        for (patch, _), replacement in zip(pairs, replacements):
+            patch.write(replacement)
+
+
+def _thunders_own(*chosen):
+    """:func:`_standing_in` pairs putting thunder's originals back in place of the chosen patches'."""
+    return [(patch, patches._originals[patch.name][0]) for patch in chosen]
+
+
 def _traces_with_thunders_own(patch_or_patches, module, x, *others):
     """:func:`_compiled_traces` with thunder's originals in place of the patches' replacements."""
     chosen = patch_or_patches if isinstance(patch_or_patches, list) else [patch_or_patches]
-    replacements = [patch.read() for patch in chosen]
-    try:
-        for patch in chosen:
-            patch.write(patches._originals[patch.name][0])
+    with _standing_in(*_thunders_own(*chosen)):
         return _compiled_traces(module, x, *others)
-    finally:
-        for patch, replacement in zip(chosen, replacements):
-            patch.write(replacement)
 
 
 def _assert_same_compilation(traces, others):
@@ -351,12 +360,9 @@ def test_builtins_lookups_trace_what_interpretation_traces():
             asked.append(unwrap(name))
         return original(globals_dict, name)
 
-    replacement = patch.read()
-    try:
-        patch.write(speedups.builtins_without_interpretation(counted, lambda: active_core_executor() is not None))
+    fast_one = speedups.builtins_without_interpretation(counted, lambda: active_core_executor() is not None)
+    with _standing_in((patch, fast_one)):
         fast = _compiled_traces(module, x)
-    finally:
-        patch.write(replacement)
     interpreted = _traces_with_thunders_own(patch, module, x)
     assert asked == ["undefined_name"]
     torch.testing.assert_close(fast[0], expected)
@@ -458,14 +464,8 @@ def test_builtin_containers_read_without_interpreting_helpers():
         handler("in of dicts and sets", speedups.membership_tests_without_interpretation, 1),
         handler("subscripts of dicts, lists, tuples", speedups.subscripts_without_interpretation, 2),
     ]
-    replacements = [patch.read() for patch in chosen]
-    try:
-        for patch, fast_one in zip(chosen, fast_ones):
-            patch.write(fast_one)
+    with _standing_in(*zip(chosen, fast_ones)):
         fast = _compiled_traces(module, x, *others)
-    finally:
-        for patch, replacement in zip(chosen, replacements):
-            patch.write(replacement)
     interpreted = _traces_with_thunders_own(chosen, module, x, *others)
     covered = {dict, collections.OrderedDict, list, tuple, set, frozenset, str, type(None), int, float}
     assert handled[0] > 20 and not covered & set(reached), reached
@@ -517,14 +517,12 @@ def test_module_calls_without_hook_checks_trace_what_interpretation_traces(globa
                 direct.append(type(candidate).__name__)
             return answer
 
-        replacement = patch.read()
         try:
             speedups._calls_forward_only = recorded
-            patch.write(speedups.module_calls_without_hook_checks(None))
-            fast = _compiled_traces(module, x)
+            with _standing_in((patch, speedups.module_calls_without_hook_checks(None))):
+                fast = _compiled_traces(module, x)
         finally:
             speedups._calls_forward_only = checked
-            patch.write(replacement)
         interpreted = _traces_with_thunders_own(patch, module, x)
     finally:
         if handle is not None:
@@ -795,13 +793,9 @@ def test_direct_claims_execute_what_thunders_claims_execute(monkeypatch):
     direct = compiled()
     assert {op.executor.name for op in bound} >= {"aten", "torch"}
     assert {"permute", "transpose"} & {op.name for op in bound}  # recorded by torch's execution transforms
-    replacement = patch.read()
-    patch.write(patches._originals[patch.name][0])
-    try:
+    with _standing_in(*_thunders_own(patch)):
         bound.clear()
         claimed_by_thunder = compiled()
-    finally:
-        patch.write(replacement)
     assert not bound
     assert direct[2] == claimed_by_thunder[2]
     torch.testing.assert_close(direct[0], claimed_by_thunder[0], rtol=0, atol=0)
