@@ -280,7 +280,7 @@ def report(results: dict[str, dict[str, dict]], comparisons: list[Comparison]) -
 
 
 def always_active_patches() -> list[str]:
-    from thunderplug.thunder_compat import patches
+    from thunderplug.wiring import patches
 
     return [patch.name for patch in patches.PATCHES if "always" in patch.active]
 

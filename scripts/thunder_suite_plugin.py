@@ -55,7 +55,7 @@ def _inject_discover() -> None:
     import thunder
 
     import thunderplug
-    from thunderplug.thunderfx import uses_thunderplug
+    from thunderplug.wiring.thunderfx import uses_thunderplug
 
     original = thunder.jit
 

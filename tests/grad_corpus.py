@@ -424,7 +424,7 @@ def jit_with(mode: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     import thunder
 
     import thunderplug
-    from thunderplug.broadcast_grads import EXECUTOR_NAME
+    from thunderplug.eager.broadcast_grads import EXECUTOR_NAME
 
     if mode == "plain":
         return thunder.jit

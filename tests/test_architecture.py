@@ -1,10 +1,13 @@
-"""The core's structure, computed from its source: imports go one way, and private thunder names
-are read only in ``thunderplug.thunder_compat``."""
+"""The core's structure, computed from its source: folders are layers and imports go down them only,
+and private thunder names are read only in the accessors at the bottom, ``thunderplug.thunder_compat``."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 CORE = Path(__file__).resolve().parents[1] / "core" / "src" / "thunderplug"
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
@@ -17,7 +20,7 @@ def _module_name(path: Path) -> str:
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
     """Every thunderplug module ``path`` imports, function-local imports included
-    (``from thunderplug import hookspecs`` is an import of ``thunderplug.hookspecs``)."""
+    (``from thunderplug.plugin_api import hookspecs`` is an import of ``thunderplug.plugin_api.hookspecs``)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -56,12 +59,52 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-#: The package root is the public facade (``discover``, ``__version__``): the user-facing
-#: commands (cli, demo, recipe) call it, so it is left out of the cycle check, and the layers
-#: below the host never import it at all.
+#: The layers of the core, bottom first. A module belongs to the layer of its folder, a module at the
+#: package root (the facade ``thunderplug``, ``testing``, ``recipe``, ``moved``) to the facade's, and
+#: ``__main__`` (``python -m thunderplug``) to the commands, which call the facade's ``discover()``. A
+#: module imports modules of its own layer or of layers below, never above (docs/architecture.md).
 FACADE = "thunderplug"
-BELOW_THE_HOST = ("thunderplug.subclass", "thunderplug.thunder_compat", "thunderplug.aten", "thunderplug.fake",
-                  "thunderplug.compilation", "thunderplug.specs", "thunderplug.claims", "thunderplug.broadcast_grads")
+LAYERS = ("thunder_compat", "plugin_api", "tracing", "caching", "eager", "subclass", "host", "wiring", FACADE,
+          "commands")
+#: the subclass compiler's modules, each importing only the ones before it
+SUBCLASS_LAYERS = ("values", "plan", "replay", "unroll", "residuals", "autodiff", "symbols", "dispatch", "inplace",
+                   "distributed", "gradient_layouts", "executor", "interception")
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if module == "thunderplug.__main__":
+        return "commands"
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return FACADE if len(parts) <= 2 else None
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import of a module in a higher layer than the importer's."""
+    rank = {layer: index for index, layer in enumerate(LAYERS)}
+    return [f"{name} -> {target}" for name, targets in sorted(graph.items()) for target in sorted(targets)
+            if rank[_layer(target)] > rank[_layer(name)]]
+
+
+def test_every_module_is_in_a_layer():
+    unplaced = [name for name in _graph() if _layer(name) is None]
+    assert not unplaced, f"add their folders to LAYERS (and docs/architecture.md): {unplaced}"
+
+
+def test_no_module_imports_a_higher_layer():
+    assert not _upward_imports(_graph())
+
+
+def test_the_layer_check_can_fail():
+    graph = {"thunderplug.tracing.aten": {"thunderplug.host.claims"}, "thunderplug.host.claims": set()}
+    assert _upward_imports(graph) == ["thunderplug.tracing.aten -> thunderplug.host.claims"]
+
+
+def test_the_accessors_of_thunder_are_alone_at_the_bottom_and_import_nothing_of_thunderplug():
+    graph = _graph()
+    assert [name for name in graph if _layer(name) == "thunder_compat"] == ["thunderplug.thunder_compat"]
+    assert graph["thunderplug.thunder_compat"] == set()
 
 
 def test_the_core_import_graph_has_no_cycle():
@@ -70,20 +113,34 @@ def test_the_core_import_graph_has_no_cycle():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
-def test_the_layers_below_the_host_never_import_the_facade():
-    graph = _graph()
-    offenders = [name for name in graph if name.startswith(BELOW_THE_HOST) and FACADE in graph[name]]
-    assert not offenders
-
-
 def test_the_subclass_layers_import_in_one_direction_only():
-    layers = ["values", "plan", "replay", "unroll", "residuals", "autodiff", "symbols", "dispatch", "inplace",
-              "gradient_layouts", "executor", "interception"]
     graph = _graph()
-    for index, layer in enumerate(layers):
+    assert {name.rsplit(".", 1)[-1] for name in graph if name.startswith("thunderplug.subclass.")} == set(
+        SUBCLASS_LAYERS
+    )
+    for index, layer in enumerate(SUBCLASS_LAYERS):
         imported = {m.rsplit(".", 1)[-1] for m in graph[f"thunderplug.subclass.{layer}"] if ".subclass." in m}
-        later = imported - set(layers[:index])
+        later = imported - set(SUBCLASS_LAYERS[:index])
         assert not later, f"subclass.{layer} imports a later layer: {later}"
+
+
+def test_old_module_paths_import_the_moved_modules():
+    from thunderplug.moved import MOVED, RENAMED_ONLY
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    for old, new in RENAMED_ONLY.items():
+        with pytest.raises(ModuleNotFoundError, match=new.replace(".", r"\.")):
+            importlib.import_module(old)
+    assert callable(importlib.import_module(FACADE).report)  # still the function
+
+
+def test_old_module_paths_name_no_module_that_exists():
+    graph = _graph()
+    from thunderplug.moved import MOVED, RENAMED_ONLY
+
+    assert not [old for old in [*MOVED, *RENAMED_ONLY] if old in graph]
+    assert all(new in graph for new in [*MOVED.values(), *RENAMED_ONLY.values()])
 
 
 def test_the_cycle_check_can_fail():
@@ -117,10 +174,13 @@ def _private_thunder_reads(path: Path) -> list[str]:
     return found
 
 
-def test_private_thunder_names_are_read_only_in_thunder_compat():
+ACCESSORS = CORE / "thunder_compat" / "__init__.py"
+
+
+def test_private_thunder_names_are_read_only_in_the_accessors():
     offenders = {}
     for path in [*CORE.rglob("*.py"), *PLUGINS.rglob("src/**/*.py")]:
-        if "thunder_compat" in path.parts:
+        if path == ACCESSORS:
             continue
         if reads := _private_thunder_reads(path):
             offenders[str(path.relative_to(CORE.parents[2]))] = reads
@@ -138,3 +198,13 @@ def test_the_private_name_check_can_fail(tmp_path):
         "thunder.torch._torch_to_thunder_function_map",
         "jit_ext._general_jit_lookaside_map",
     ]
+
+
+def test_every_patch_names_its_owners_and_every_speedup_what_it_saves():
+    from thunderplug.wiring.patches import PATCHES
+
+    graph = _graph()
+    for patch in PATCHES:
+        assert patch.features and all(f"thunderplug.{feature}" in graph for feature in patch.features), patch.name
+        if "wiring.speedups" in patch.features:
+            assert patch.saves, f"{patch.name}: say what it saves, measured (or 'not measured')"

@@ -9,8 +9,8 @@ import thunder
 import torch
 
 import thunderplug
-from thunderplug.aten import NotDifferentiableError, UnsupportedAtenOpError, is_fallback
-from thunderplug.compilation import record_of
+from thunderplug.tracing.aten import NotDifferentiableError, UnsupportedAtenOpError, is_fallback
+from thunderplug.tracing.compilation import record_of
 
 aten = torch.ops.aten
 

@@ -11,9 +11,9 @@ from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 
-from thunderplug.aten import AtenMetadataError, AtenTable
-from thunderplug.fake import fake_mode
-from thunderplug.specs import AtenOp
+from thunderplug.plugin_api.specs import AtenOp
+from thunderplug.tracing.aten import AtenMetadataError, AtenTable
+from thunderplug.tracing.fake import fake_mode
 
 fake_kernel_runs: list[tuple] = []
 

@@ -5,7 +5,7 @@ import thunder
 import torch
 
 import thunderplug
-from thunderplug.aten import DataDependentShapeError
+from thunderplug.tracing.aten import DataDependentShapeError
 
 aten = torch.ops.aten
 

@@ -11,7 +11,7 @@ from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
 from thunderplug import Status, SubclassOpClaim, hookimpl
-from thunderplug.claims import ClaimError
+from thunderplug.host.claims import ClaimError
 
 
 def _mul_claim(checker, forward):

@@ -73,7 +73,7 @@ def test_forward_without_grad_is_the_same_with_and_without_the_claim(register_pl
 
 
 def test_explain_shows_the_claim_and_the_declines(register_plugin):
-    from thunderplug.explain import explain, format_rows
+    from thunderplug.commands.explain import explain, format_rows
 
     register_plugin(claim_plugin.plugin("float8_claim"), "float8_claim")
     jitted = thunder.jit(program, executors=thunderplug.discover(exclude=["float8"]))

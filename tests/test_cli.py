@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from thunderplug.cli import main
+from thunderplug.commands.cli import main
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ON_CPU = pytest.mark.skipif(
@@ -167,7 +167,7 @@ def test_explain_has_a_legend_and_counts_and_explains_fallback_ops(tmp_path):
 
 def test_demo_trains_a_float8_gpt_like_eager_and_reports_step_time_spread(capsys):
     pytest.importorskip("torchao.float8")
-    from thunderplug.demo import run_demo
+    from thunderplug.commands.demo import run_demo
 
     assert run_demo(steps=6, progress=False) == 0
     out = capsys.readouterr().out
@@ -179,7 +179,7 @@ def test_demo_trains_a_float8_gpt_like_eager_and_reports_step_time_spread(capsys
 
 
 def test_demo_plot_without_matplotlib_fails_before_training(capsys, monkeypatch, tmp_path):
-    from thunderplug.demo import run_demo
+    from thunderplug.commands.demo import run_demo
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
     assert run_demo(plot=str(tmp_path / "loss.png"), progress=False) == 2
@@ -190,7 +190,7 @@ def test_demo_plot_without_matplotlib_fails_before_training(capsys, monkeypatch,
 
 def test_demo_plot_draws_losses_and_step_time_spread(tmp_path):
     pytest.importorskip("matplotlib")
-    from thunderplug.demo import Run, _plot
+    from thunderplug.commands.demo import Run, _plot
 
     labels = ("fp32 eager", "fp8 eager", "fp8 thunderplug")
     runs = [Run(label, None, [4.0, 2.0, 1.0], [3.0, 0.1, 0.2]) for label in labels]

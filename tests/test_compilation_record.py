@@ -13,8 +13,8 @@ from torch.utils._pytree import tree_map
 
 import thunderplug
 from thunderplug import SubclassOpClaim, hookimpl
-from thunderplug.compilation import record_of
-from thunderplug.explain import explain
+from thunderplug.commands.explain import explain
+from thunderplug.tracing.compilation import record_of
 
 
 class DeclinesShapeThree:

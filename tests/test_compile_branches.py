@@ -1,4 +1,4 @@
-"""Which branch of ``torch.compiler.is_compiling()`` discover() compilations take (thunderplug.compile_branches):
+"""Which branch of ``torch.compiler.is_compiling()`` discover() compilations take (thunderplug.eager.compile_branches):
 eager's (False), except inside functions whose eager branch reads a tensor's value, which get the
 branch written for tracers (True). Both kinds of library code are checked against eager, alone and in
 one program."""
@@ -8,7 +8,7 @@ import thunder
 import torch
 
 import thunderplug
-from thunderplug import compile_branches
+from thunderplug.eager import compile_branches
 
 
 def _forget(*functions):

@@ -3,7 +3,7 @@ of an argument or of the module, a global list): stock thunder 0.2.6 changes the
 (it holds thunder's proxies after the first call) and changes nothing on later, cached calls, silently.
 Under ``discover()`` such a compilation is refused with the method, the container's type and the user's line,
 and the container is left as it was; containers the function creates itself work as before
-(thunder_compat.fixes.refusing_outside_container_mutations)."""
+(wiring.fixes.refusing_outside_container_mutations)."""
 
 import re
 
@@ -250,7 +250,7 @@ def test_changes_made_by_library_code_are_not_warned():
     shipped in its wheel, append to lists while tracing to count traces) are not."""
     import sysconfig
 
-    from thunderplug.thunder_compat.fixes import _in_a_library
+    from thunderplug.wiring.fixes import _in_a_library
 
     assert _in_a_library(f" at {sysconfig.get_paths()['stdlib']}/re/__init__.py:10")
     assert _in_a_library(f" at {sysconfig.get_paths()['purelib']}/thunder/tests/test_core.py:5")

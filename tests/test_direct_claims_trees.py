@@ -12,7 +12,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_flatten_with_dataclass
 
 import thunderplug
-from thunderplug.thunder_compat import patches
+from thunderplug.wiring import patches
 
 
 def _leaf(value):

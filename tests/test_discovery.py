@@ -9,7 +9,7 @@ import torch
 
 import thunderplug
 from thunderplug import ExecutorSpec, PluginHost, Status, hookimpl
-from thunderplug.cli import main
+from thunderplug.commands.cli import main
 
 GOOD = """
 from thunderplug import ExecutorSpec, hookimpl
@@ -233,7 +233,7 @@ def test_python_dash_m_entry_point():
 
 @pytest.mark.parametrize("plugin", ["transformer_engine", "nvfuser"])
 def test_cuda_plugins_say_why_they_are_unavailable(plugin):
-    from thunderplug.availability import cuda_unavailable_reason
+    from thunderplug.plugin_api.availability import cuda_unavailable_reason
 
     status = {s.name: s for s in thunderplug.report()}[plugin]
     reason = cuda_unavailable_reason()
@@ -422,7 +422,7 @@ def test_availability_is_per_executor(plugin_host):
 
 
 def test_mark_failed_forgets_fusion_claims(plugin_host):
-    from thunderplug.specs import FusionFilter
+    from thunderplug.plugin_api.specs import FusionFilter
 
     class Filters:
         @hookimpl
@@ -451,7 +451,7 @@ def test_report_lists_hooks_and_module(plugin_host):
     assert status.module == f"{__name__}:test_report_lists_hooks_and_module.<locals>.Hooks"
     core = statuses(plugin_host)["thunderplug"]
     assert (core.module, core.hooks, core.executors) == (
-        "thunderplug.builtins:CorePlugin",
+        "thunderplug.host.builtins:CorePlugin",
         ["register_executors"],
         ["thunderplug"],
     )

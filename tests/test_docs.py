@@ -29,9 +29,10 @@ import thunder
 import torch
 
 import thunderplug
-from thunderplug import PluginHost, Status, specs
-from thunderplug.cli import build_parser
-from thunderplug.discovery import ENTRY_POINT_GROUP
+from thunderplug import PluginHost, Status
+from thunderplug.commands.cli import build_parser
+from thunderplug.host.discovery import ENTRY_POINT_GROUP
+from thunderplug.plugin_api import specs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

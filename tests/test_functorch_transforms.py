@@ -1,4 +1,4 @@
-"""functorch transforms inside jitted functions (thunderplug.functorch_transforms): ``torch.vmap`` runs as one op,
+"""functorch transforms inside jitted functions (thunderplug.eager.functorch_transforms): ``torch.vmap`` runs as one op,
 torch's vmap on the real tensors, with the tensors its function captures as inputs and the TorchFunctionModes
 around it, differentiated by torch.func.vjp of the same vmap; the other transforms are refused with the user's
 line; a failed compilation leaves no functorch level or mode behind. Eager is the reference everywhere."""
@@ -13,7 +13,7 @@ import torch
 from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
 import thunderplug
-from thunderplug.functorch_transforms import _depth, _leave_innermost_level
+from thunderplug.eager.functorch_transforms import _depth, _leave_innermost_level
 
 
 def _jit(fn):

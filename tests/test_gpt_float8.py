@@ -89,7 +89,7 @@ def _assert_same_training(actual, expected, *, exact: bool, what: str):
 # layers, the whole model in one trace
 @pytest.mark.parametrize("layers, regions", [(2, True), (4, True), (2, False)], ids=["2", "4", "2-whole"])
 def test_float8_gpt_trains_bit_identical_to_eager_float8(layers, regions):
-    from thunderplug.regions import compiled_regions
+    from thunderplug.caching.regions import compiled_regions
 
     model, tokens, targets = gpt_model.build(dataclasses.replace(CONFIG, layers=layers))
     eager = gpt_model.to_float8(copy.deepcopy(model))

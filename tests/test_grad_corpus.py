@@ -17,7 +17,7 @@ import thunder
 import torch
 
 import thunderplug
-from thunderplug import broadcast_grads
+from thunderplug.eager import broadcast_grads
 
 DEFAULT_PROGRAMS = 200
 LONG_PROGRAMS = 3000

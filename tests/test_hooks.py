@@ -11,7 +11,8 @@ import torch
 from thunder.core import prims
 
 import thunderplug
-from thunderplug import AtenOp, hookimpl, hookspecs
+from thunderplug import AtenOp, hookimpl
+from thunderplug.plugin_api import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = [name for name, fn in vars(hookspecs).items() if inspect.isfunction(fn) and hasattr(fn, "thunderplug_spec")]

@@ -1,5 +1,5 @@
 """Parameters, buffers and inputs updated in place inside a jitted function: gradients, values and
-losses over several optimizer steps as in eager (thunderplug.inplace_grads). Stock thunder is run
+losses over several optimizer steps as in eager (thunderplug.eager.inplace_grads). Stock thunder is run
 where it is right (buffers, the error eager raises); where it is wrong a test shows it, so the
 override is not silently a no-op."""
 

@@ -16,7 +16,7 @@ from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import thunderplug
-from thunderplug.thunder_compat import patches
+from thunderplug.wiring import patches
 
 INTERRUPTS = {
     # what Ctrl-C does: SIGINT's default handler raises KeyboardInterrupt at the next bytecode,

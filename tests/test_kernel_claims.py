@@ -10,9 +10,9 @@ import torch
 
 import thunderplug
 from thunderplug import AtenKernelClaim, Priority, hookimpl
-from thunderplug.cli import main
-from thunderplug.discovery import default_host
-from thunderplug.explain import explain, unused_kernel_claims
+from thunderplug.commands.cli import main
+from thunderplug.commands.explain import explain, unused_kernel_claims
+from thunderplug.host.discovery import default_host
 
 calls: list[str] = []
 
@@ -91,7 +91,7 @@ def test_explain_prints_the_reasons_for_a_script(tmp_path):
             """
             import torch, thunder, thunderplug
             from thunderplug import AtenKernelClaim, Priority, hookimpl
-            from thunderplug.discovery import default_host
+            from thunderplug.host.discovery import default_host
 
             class Plugin:
                 @hookimpl

@@ -1,5 +1,5 @@
 """Idioms of real model code (found in transformers) that thunder 0.2.6 rejects or computes otherwise
-than eager, each alone, forward and backward against eager (thunder_compat.fixes)."""
+than eager, each alone, forward and backward against eager (wiring.fixes)."""
 
 import dataclasses
 import sys

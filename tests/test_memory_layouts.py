@@ -9,7 +9,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug.fake import memory_order, strides_in_order
+from thunderplug.tracing.fake import memory_order, strides_in_order
 
 
 @pytest.mark.parametrize(

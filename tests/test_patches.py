@@ -1,4 +1,4 @@
-"""Every patch of thunder (the table in thunder_compat.patches): installed, undone, inert without
+"""Every patch of thunder (the table in wiring.patches): installed, undone, inert without
 discover(), effective with it."""
 
 import collections
@@ -21,7 +21,7 @@ from thunder.torch.experimental import dtensor_proxy
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug.thunder_compat import patches
+from thunderplug.wiring import patches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,7 +178,7 @@ def test_full_gcs_are_deferred_while_a_discover_compilation_runs_and_restored_af
     after a compilation that fails; young collections keep running."""
     import gc
 
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     seen = []
 
@@ -344,7 +344,7 @@ def test_builtins_lookups_trace_what_interpretation_traces():
     from thunder.core.interpreter import unwrap
 
     from thunderplug.subclass.executor import active_core_executor
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     thunderplug.discover()
     torch.manual_seed(0)
@@ -423,7 +423,7 @@ def test_builtin_containers_read_without_interpreting_helpers():
     from thunder.core.interpreter import unwrap
 
     from thunderplug.subclass.executor import active_core_executor
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     thunderplug.discover()
     torch.manual_seed(0)
@@ -497,7 +497,7 @@ def test_module_calls_without_hook_checks_trace_what_interpretation_traces(globa
     """A module call with no hooks interprets its ``forward`` directly; a module with hooks, or every
     module while a global hook is registered, is interpreted as torch's ``__call__``: eager's values and
     gradients (the hooks ran), and the same traces as with thunder interpreting every call."""
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     thunderplug.discover()
     torch.manual_seed(0)
@@ -621,7 +621,7 @@ def test_symbols_bind_as_thunders_with_one_signature_per_meta(monkeypatch):
     import thunder.torch as ltorch
     from thunder.core.symbol import Symbol
 
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     thunderplug.discover()
     patch = next(p for p in patches.PATCHES if p.name == "one signature per meta")
@@ -748,7 +748,7 @@ def _executed(trace) -> list[tuple[str, str | None]]:
 def _operators_bound_directly(monkeypatch) -> list:
     """The operators the claims-bound-directly replacement binds from now on (directly or as an
     execution transform records them), in a list."""
-    from thunderplug.thunder_compat import speedups
+    from thunderplug.wiring import speedups
 
     bound: list = []
     real_bound_to, real_transformed = speedups._bound_to, speedups._transformed

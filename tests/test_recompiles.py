@@ -6,7 +6,7 @@ import torch
 from subclasses import ScaledTensor
 
 import thunderplug
-from thunderplug import recompiles
+from thunderplug.caching import recompiles
 
 
 def test_changing_ctx_hits_the_limit_with_one_warning_naming_subclass_and_field(monkeypatch, recwarn):

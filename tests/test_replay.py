@@ -11,8 +11,8 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug.compilation import record_of
 from thunderplug.subclass import unroll
+from thunderplug.tracing.compilation import record_of
 
 
 def _two(*shape, grad=False):

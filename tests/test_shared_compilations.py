@@ -19,9 +19,9 @@ from subclasses import ScaledTensor
 from torch import nn
 
 import thunderplug
-from thunderplug import reuse
-from thunderplug.explain import explain
-from thunderplug.reuse import shared_compilation_of
+from thunderplug.caching import reuse
+from thunderplug.caching.reuse import shared_compilation_of
+from thunderplug.commands.explain import explain
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpt_model  # noqa: E402
@@ -390,8 +390,8 @@ for j in jitted:
 
 
 def test_thunderplug_explain_shows_the_shared_compilation_and_its_reuses(tmp_path, capsys):
-    from thunderplug.cli import main
-    from thunderplug.explain import LEGEND
+    from thunderplug.commands.cli import main
+    from thunderplug.commands.explain import LEGEND
 
     script = tmp_path / "blocks.py"
     script.write_text(EXPLAINED)

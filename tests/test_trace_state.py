@@ -16,7 +16,7 @@ from test_subclass_inference import assert_same
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug.thunder_compat import patches
+from thunderplug.wiring import patches
 
 BF16 = torch.bfloat16
 

@@ -1,5 +1,5 @@
 """``thunder.jit(model, executors=discover())`` of a model with repeated blocks compiles a block once
-(issue 26, ``thunderplug.regions``): the blocks are compiled regions, blocks of one structure share
+(issue 26, ``thunderplug.caching.regions``): the blocks are compiled regions, blocks of one structure share
 one compilation, everything else runs eagerly.
 Every result is checked against eager: losses, outputs and every gradient bit-identical."""
 
@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import thunderplug
-from thunderplug.regions import compiled_regions
-from thunderplug.reuse import shared_compilation_of
+from thunderplug.caching.regions import compiled_regions
+from thunderplug.caching.reuse import shared_compilation_of
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpt_model  # noqa: E402
@@ -504,7 +504,7 @@ thunder.jit(model, executors=thunderplug.discover(quiet=True))(tokens, targets).
 
 
 def test_thunderplug_explain_shows_the_regions_and_their_reuse_counts(tmp_path, capsys):
-    from thunderplug.cli import main
+    from thunderplug.commands.cli import main
 
     script = tmp_path / "gpt.py"
     script.write_text(EXPLAINED.format(benchmarks=str(pathlib.Path(gpt_model.__file__).parent)))

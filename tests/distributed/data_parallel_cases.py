@@ -88,7 +88,7 @@ def jit_around_ddp_float8(rank, world_size):
     One bucket per parameter (from the second step: DDP all-reduces the first in one bucket, before it
     knows the order gradients come in); the order of the buckets' all-reduces and of the regions'
     backwards."""
-    from thunderplug.regions import compiled_regions
+    from thunderplug.caching.regions import compiled_regions
 
     runs = {}
     for key, compile_root in (("eager", lambda m: m), ("compiled", jit)):
@@ -165,7 +165,7 @@ def jit_around_ddp_without_grad(rank, world_size):
     the blocks of a ``ModuleList`` are the regions, the residual adds between them run eagerly."""
     from torchao.float8 import convert_to_float8_training
 
-    from thunderplug.regions import compiled_regions
+    from thunderplug.caching.regions import compiled_regions
 
     model = convert_to_float8_training(Blocks(32))
     x = torch.randn(8, 32)

@@ -103,7 +103,7 @@ def fully_shard_then_jit_float8_all_gather(rank, world_size):
 def _jit_of_sharded_model(rank, *, float8: bool = False, gather: bool = False, precompute: bool = False):
     """``fully_shard`` every block and the root, then jit the root: each block is a compiled region
     whose FSDP2 hooks run eagerly around it; the root's own code runs eagerly."""
-    from thunderplug.regions import compiled_regions
+    from thunderplug.caching.regions import compiled_regions
 
     model = Blocks()
     if float8:

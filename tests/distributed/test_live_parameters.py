@@ -2,7 +2,7 @@
 
 FSDP2 swaps parameters under modules; so do users (``module.weight = nn.Parameter(...)``). thunder's
 ThunderModule captures the parameters when it is created; under ``discover()`` it reads them
-through to the module (``thunderplug.distributed.LiveParameters``), and the prologue's guards
+through to the module (``thunderplug.subclass.distributed.LiveParameters``), and the prologue's guards
 re-trace when the new parameter has other metadata or another type. Never the stale copy.
 """
 
@@ -13,7 +13,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import thunderplug
-from thunderplug.distributed import LiveParameters
+from thunderplug.subclass.distributed import LiveParameters
 
 
 def _step(module, x):

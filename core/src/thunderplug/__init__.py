@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from thunderplug.discovery import DuplicateRegistrationError, InvalidRegistrationError, PluginHost, default_host
-from thunderplug.hookspecs import hookimpl
-from thunderplug.notices import RecompileWarning, ThunderplugWarning
-from thunderplug.report import PluginStatus, Status
-from thunderplug.specs import (
+from thunderplug import moved
+from thunderplug.host.discovery import DuplicateRegistrationError, InvalidRegistrationError, PluginHost, default_host
+from thunderplug.plugin_api.hookspecs import hookimpl
+from thunderplug.plugin_api.notices import RecompileWarning, ThunderplugWarning
+from thunderplug.plugin_api.report import PluginStatus, Status
+from thunderplug.plugin_api.specs import (
     AtenKernelClaim,
     AtenOp,
     Claim,
@@ -23,7 +24,7 @@ from thunderplug.specs import (
     Stage,
     SubclassOpClaim,
 )
-from thunderplug.version import __version__
+from thunderplug.plugin_api.version import __version__
 
 if TYPE_CHECKING:
     from thunder.extend import Executor
@@ -52,6 +53,8 @@ __all__ = [
 ]
 from thunderplug import recipe as _recipe
 
+moved.install()  # old module paths (thunderplug.settings, thunderplug.regions, ...) still import
+
 _recipe.register()  # thunder.compile(model, recipe="thunderplug") and plugins="thunderplug"
 
 
@@ -71,8 +74,10 @@ def discover(
     about once per process (``ThunderplugWarning``; ``quiet=True`` or ``THUNDERPLUG_QUIET=1``
     silences that); one that cannot run here is only listed, as unavailable, by ``report()``.
     """
-    from thunderplug.executors import assemble_executors  # imports thunder
+    from thunderplug.host.executors import assemble_executors  # imports thunder
+    from thunderplug.wiring import patches
 
+    patches.install()
     return assemble_executors(
         host or default_host(), only=only, exclude=exclude or (), include_defaults=include_defaults, quiet=quiet
     )

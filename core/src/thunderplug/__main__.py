@@ -1,5 +1,5 @@
 import sys
 
-from thunderplug.cli import main
+from thunderplug.commands.cli import main
 
 sys.exit(main())

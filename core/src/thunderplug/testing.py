@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from thunderplug import settings
-from thunderplug.availability import cuda_unavailable_reason
-from thunderplug.discovery import PluginHost, default_host
-from thunderplug.report import PluginStatus, Status
+from thunderplug.host.discovery import PluginHost, default_host
+from thunderplug.plugin_api import settings
+from thunderplug.plugin_api.availability import cuda_unavailable_reason
+from thunderplug.plugin_api.report import PluginStatus, Status
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,7 +108,7 @@ class PluginContract:
             return
         probe = (
             "import json, sys\n"
-            "from thunderplug.discovery import PluginHost\n"
+            "from thunderplug.host.discovery import PluginHost\n"
             "PluginHost(environ={}).report()\n"
             f"print(json.dumps([m for m in {list(self.heavy_modules)!r} if m in sys.modules]))\n"
         )

@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import thunderplug
-from thunderplug.aten import NotDifferentiableError
+from thunderplug.tracing.aten import NotDifferentiableError
 
 aten = torch.ops.aten
 

@@ -5,5 +5,5 @@
 ``autodiff`` (the outer op's gradient, unrolled the same way) -> ``symbols`` (one trace symbol per
 subclass op) -> ``dispatch`` (which symbol a call on subclass proxies becomes) -> ``executor``
 (the ``thunderplug`` executor that unrolls subclass ops after autodiff) -> ``interception`` (the
-lookasides and proxy hooks ``thunder_compat.patches`` installs).
+lookasides and proxy hooks ``wiring.patches`` installs).
 """

@@ -27,13 +27,13 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 
-from thunderplug.aten import active_table
-from thunderplug.compilation import current_record
-from thunderplug.fake import fake_mode
 from thunderplug.subclass.residuals import save_backward_inputs
 from thunderplug.subclass.unroll import SubclassDispatchError, call_key
 from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy
-from thunderplug.trace_state import without_autocast
+from thunderplug.tracing.aten import active_table
+from thunderplug.tracing.compilation import current_record
+from thunderplug.tracing.fake import fake_mode
+from thunderplug.tracing.trace_state import without_autocast
 
 
 def grad_rule(display: str, forward: Symbol, backward: Symbol) -> Callable[..., Any]:

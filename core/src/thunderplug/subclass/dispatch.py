@@ -17,13 +17,13 @@ import torch
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Symbol
 
-from thunderplug.aten import AtenTable, user_location
-from thunderplug.specs import torch_attribute
+from thunderplug.plugin_api.specs import torch_attribute
 from thunderplug.subclass.symbols import unrolled_op_symbol
 from thunderplug.subclass.unroll import SubclassDispatchError, traced
 from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op
 from thunderplug.thunder_compat import torch_to_thunder_function_map
-from thunderplug.trace_state import AutocastState, autocast_state
+from thunderplug.tracing.aten import AtenTable, user_location
+from thunderplug.tracing.trace_state import AutocastState, autocast_state
 
 # Prims that only inspect or move values (guards, unpacking, returns) accept subclass proxies as they are.
 _BOOKKEEPING_PRIM_PREFIXES = (

@@ -24,11 +24,10 @@ from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import cse_single_bsym, dce, replace_redundant_inputs
 from thunder.extend import FusionExecutor, TemporaryExecutor
 
-from thunderplug import settings
-from thunderplug.aten import AtenTable
-from thunderplug.distributed import distributed_lookasides
-from thunderplug.specs import AtenOp
+from thunderplug.plugin_api import settings
+from thunderplug.plugin_api.specs import AtenOp
 from thunderplug.subclass.autodiff import vjp_of
+from thunderplug.subclass.distributed import distributed_lookasides
 from thunderplug.subclass.gradient_layouts import with_eager_gradient_layouts
 from thunderplug.subclass.symbols import unrolled_op_symbol
 from thunderplug.subclass.values import (
@@ -39,6 +38,7 @@ from thunderplug.subclass.values import (
     subclass_unflatten,
 )
 from thunderplug.thunder_compat import transform_for_operator_executor_execution
+from thunderplug.tracing.aten import AtenTable
 
 CORE_EXECUTOR_NAME = "thunderplug"
 

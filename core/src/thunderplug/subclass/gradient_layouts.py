@@ -38,8 +38,8 @@ from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.executors.pythonex import ex as pythonex
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.fake import fake_mode, set_memory_order, strides_in_order, tensor_memory_order
 from thunderplug.subclass.values import SubclassLayout, SubclassTensorProxy, is_dtensor, subclass_flatten
+from thunderplug.tracing.fake import fake_mode, set_memory_order, strides_in_order, tensor_memory_order
 
 #: ``retrace(bsyms, trace, swap)``: ``executor._retrace_stale``
 Retrace = Callable[[list[BoundSymbol], TraceCtx, dict], list[BoundSymbol]]
@@ -179,7 +179,7 @@ def _conform(plan: GradientLayouts, contexts: tuple, *grads: Any) -> tuple:
 def _converted(grad: Any, layout: SubclassLayout | None) -> Any:
     if layout is None or type(grad) is not layout.cls or layout.places_like(SubclassLayout.of(grad)):
         return grad
-    from thunderplug.distributed import redistributed
+    from thunderplug.subclass.distributed import redistributed
 
     return redistributed(grad, layout.ctx[0])
 

@@ -24,11 +24,11 @@ from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import get_tracectx
 
-from thunderplug.aten import user_location
 from thunderplug.subclass.unroll import SubclassDispatchError
 from thunderplug.subclass.values import SubclassTensorProxy, is_subclass_op
 from thunderplug.thunder_compat import inplace_to_out_of_place, syms_returning_views, syms_that_may_return_views
-from thunderplug.trace_state import grad_enabled
+from thunderplug.tracing.aten import user_location
+from thunderplug.tracing.trace_state import grad_enabled
 
 
 def is_in_place(symbol: Symbol, args: tuple, kwargs: dict) -> bool:

@@ -1,4 +1,4 @@
-"""The replacements ``thunder_compat.patches`` installs into thunder for tensor subclasses.
+"""The replacements ``wiring.patches`` installs into thunder for tensor subclasses.
 
 Each factory takes thunder's original and returns the replacement, which defers to the original
 unless the compilation in progress uses ``discover()``'s executors (the ``thunderplug`` core
@@ -20,9 +20,8 @@ from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx, tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
-from thunderplug.aten import user_location
-from thunderplug.fake import set_memory_order, tensor_memory_order
-from thunderplug.recompiles import note_subclass_input
+from thunderplug.caching.recompiles import note_subclass_input
+from thunderplug.eager.tensor_to import returns_input_unchanged
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
 from thunderplug.subclass.executor import active_core_executor
@@ -38,8 +37,9 @@ from thunderplug.subclass.values import (
     check_subclass,
     subclass_unflatten,
 )
-from thunderplug.thunder_compat.fixes import returns_input_unchanged
-from thunderplug.trace_state import AutocastState, autocast_state
+from thunderplug.tracing.aten import user_location
+from thunderplug.tracing.fake import set_memory_order, tensor_memory_order
+from thunderplug.tracing.trace_state import AutocastState, autocast_state
 
 
 class UntraceableSubclassError(TypeError):

@@ -34,11 +34,11 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.extend import OperatorExecutor
 
-from thunderplug.aten import is_registered_symbol, note_call, records_calls
-from thunderplug.compilation import only_views
-from thunderplug.fake import hashable_or_none, value_key
 from thunderplug.thunder_compat import bound_symbol_context, claiming_executor
-from thunderplug.trace_state import ambient_key
+from thunderplug.tracing.aten import is_registered_symbol, note_call, records_calls
+from thunderplug.tracing.compilation import only_views
+from thunderplug.tracing.fake import hashable_or_none, value_key
+from thunderplug.tracing.trace_state import ambient_key
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from typing import Any
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 
-from thunderplug.aten import AtenTable
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_op_id
+from thunderplug.tracing.aten import AtenTable
 
 _symbols: dict[str, Symbol] = {}
 _lock = threading.Lock()

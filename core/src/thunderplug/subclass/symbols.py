@@ -23,7 +23,7 @@ from thunderplug.subclass.autodiff import forward_only, grad_rule, vjp_of
 from thunderplug.subclass.unroll import unroll
 from thunderplug.subclass.values import subclass_flatten, subclass_op_id, subclass_unflatten
 from thunderplug.thunder_compat import syms_that_may_return_views
-from thunderplug.trace_state import NO_AUTOCAST, AutocastState
+from thunderplug.tracing.trace_state import NO_AUTOCAST, AutocastState
 
 _symbols: dict[tuple[str, Any, AutocastState], Symbol] = {}
 _lock = threading.RLock()

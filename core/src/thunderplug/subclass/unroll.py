@@ -37,9 +37,12 @@ from thunder.transforms import autocast as thunder_autocast
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from thunderplug.aten import AtenTable, user_location
-from thunderplug.compilation import current_record
-from thunderplug.fake import (
+from thunderplug.subclass import replay
+from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
+from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
+from thunderplug.tracing.aten import AtenTable, user_location
+from thunderplug.tracing.compilation import current_record
+from thunderplug.tracing.fake import (
     fake_like,
     fake_mode,
     frozen,
@@ -50,11 +53,8 @@ from thunderplug.fake import (
     to_fake,
     value_key,
 )
-from thunderplug.subclass import replay
-from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
-from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
-from thunderplug.trace_state import NO_AUTOCAST, AutocastState, ambient_key, applied_autocast, grad_enabled
-from thunderplug.trace_state import without_autocast as torch_without_autocast
+from thunderplug.tracing.trace_state import NO_AUTOCAST, AutocastState, ambient_key, applied_autocast, grad_enabled
+from thunderplug.tracing.trace_state import without_autocast as torch_without_autocast
 
 
 class SubclassDispatchError(RuntimeError):

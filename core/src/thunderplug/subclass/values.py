@@ -22,7 +22,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.executors.pythonex import ex as pythonex
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from thunderplug.fake import fake_like, fake_mode, memory_order_of, set_memory_order, tensor_memory_order
+from thunderplug.tracing.fake import fake_like, fake_mode, memory_order_of, set_memory_order, tensor_memory_order
 
 SUBCLASS_OP_PREFIX = "thunderplug.subclass."
 

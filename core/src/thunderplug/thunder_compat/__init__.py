@@ -1,9 +1,9 @@
 """Every private thunder 0.2.6 name thunderplug reads, in one place.
 
-Nothing else in thunderplug imports a private (underscored) thunder name; a test
-(tests/test_thunder_compat.py) checks that from the source. Each accessor says what it is for,
-so a thunder upgrade is checked here, against the tests of this package. The patches thunderplug
-applies to thunder are in :mod:`thunderplug.thunder_compat.patches`.
+Nothing else in thunderplug reads a private (underscored) thunder name, and this module imports
+nothing of thunderplug: it is the bottom layer (tests/test_architecture.py checks both from the
+source). Each accessor says what it is for, so a thunder upgrade is checked here, against the tests
+of this package. The patches thunderplug applies to thunder are in :mod:`thunderplug.wiring.patches`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from thunder.core import jit_ext
-from thunder.core.interpreter import is_opaque
+from thunder.core import interpreter, jit_ext
+from thunder.core.interpreter import _interpret_call, is_opaque
 from thunder.core.symbol import Symbol
 
 
@@ -49,20 +49,34 @@ def general_jit_lookaside_map() -> dict[Any, Callable[..., Any]]:
     return jit_ext._general_jit_lookaside_map
 
 
+def default_lookaside_map() -> dict[Any, Callable[..., Any]]:
+    """The interpreter's own lookasides (``bool``, ``len``, ``type.__call__``, ``functools.partial.__call__``),
+    consulted when thunder's jit registers none of its own."""
+    return interpreter._default_lookaside_map
+
+
 def default_lookaside(fn: Any) -> Callable[..., Any] | None:
-    """The interpreter's own lookaside for ``fn`` (``type.__call__``, ``functools.partial.__call__``),
-    used when thunder's jit registers none of its own (``None``: the function is interpreted)."""
-    from thunder.core.interpreter import _default_lookaside_map
-
-    return _default_lookaside_map.get(fn)
+    """The interpreter's own lookaside for ``fn`` (``None``: the function is interpreted)."""
+    return interpreter._default_lookaside_map.get(fn)
 
 
-def interpret_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Interpret ``fn`` (its arguments are the interpreter's wrapped values) as thunder does for a call with no
-    lookaside: a lookaside that only sometimes takes over defers to it."""
-    from thunder.core.interpreter import _interpret_call
+def default_opcode_handler_map() -> dict[str, Callable[..., Any]]:
+    """The interpreter's handler of each bytecode instruction by opcode name (``CONTAINS_OP``, ``BINARY_SUBSCR``)."""
+    return interpreter._default_opcode_handler_map
 
-    return _interpret_call(fn, *args, **kwargs)
+
+#: Interpret ``fn(*args, **kwargs)`` (the interpreter's wrapped values) as thunder does for a call with no
+#: lookaside: a lookaside that only sometimes takes over defers to it. thunder's function itself, not a
+#: wrapper: the speedups' lookasides call it on every container subscript and module call they shortcut.
+interpret_call = _interpret_call
+
+
+def parse_to_device_and_dtype(*args: Any, device: Any = None, dtype: Any = None) -> tuple[Any, Any]:
+    """The device and dtype a ``Tensor.to(*args, device=..., dtype=...)`` call asks for, parsed as
+    thunder.torch does."""
+    import thunder.torch as ltorch
+
+    return ltorch._parse_to_device_and_dtype(*args, device=device, dtype=dtype)
 
 
 def runs_called_function_itself(fn: Any) -> bool:
@@ -104,7 +118,7 @@ def bound_symbol_printables(bsym: Any) -> tuple[Any, Any, Any]:
 
 def replace_thunder_module_parameters(thunder_module: Any, make: Callable[[dict], dict]) -> None:
     """Replace the parameter dict a ``ThunderModule`` copies from its module when created
-    (``_overrides_parameters``) with ``make(that dict)`` (``thunderplug.distributed.LiveParameters``)."""
+    (``_overrides_parameters``) with ``make(that dict)`` (``thunderplug.subclass.distributed.LiveParameters``)."""
     thunder_module._overrides_parameters = make(thunder_module._overrides_parameters)
 
 
@@ -126,7 +140,7 @@ def bound_symbol_context(trace: Any) -> tuple[str, Any, Any]:
 
 def jit_options(compile_data: Any) -> dict[str, Any]:
     """The options ``thunder.jit`` was given, read back from its ``CompileData``, to jit parts of
-    the same module alike (thunderplug.regions)."""
+    the same module alike (thunderplug.caching.regions)."""
     return {
         "executors": compile_data.executors_list,
         "cache": compile_data.cache_option,

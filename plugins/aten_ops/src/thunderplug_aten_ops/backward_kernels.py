@@ -38,7 +38,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
-from thunderplug.fake import to_torch_value
+from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops.eager_kernels import _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"

@@ -51,8 +51,8 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
-from thunderplug.fake import to_torch_value
 from thunderplug.thunder_compat import ltorch_private
+from thunderplug.tracing.fake import to_torch_value
 
 EXECUTOR_NAME = "eager_kernels"
 aten = torch.ops.aten

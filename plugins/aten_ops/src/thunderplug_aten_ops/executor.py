@@ -14,7 +14,7 @@ from typing import Any
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.extend import OperatorExecutor
 
-from thunderplug.aten import active_table, kernel_meta, runner
+from thunderplug.tracing.aten import active_table, kernel_meta, runner
 
 
 class AtenExecutor(OperatorExecutor):

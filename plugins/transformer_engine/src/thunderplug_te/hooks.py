@@ -7,7 +7,7 @@ on a CPU machine, importing it (and thunder 0.2.6's own TE executor) fails.
 from __future__ import annotations
 
 from thunderplug import hookimpl
-from thunderplug.availability import cuda_unavailable_reason, missing_package_reason
+from thunderplug.plugin_api.availability import cuda_unavailable_reason, missing_package_reason
 
 
 @hookimpl

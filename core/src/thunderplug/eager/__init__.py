@@ -1,0 +1,5 @@
+"""Eager semantics thunder 0.2.6 departs from, each computed here and wired into thunder by
+``thunderplug.wiring``: which outputs require grad (``output_grads``), gradients of tensors updated
+in place (``inplace_grads``), broadcast gradients (``broadcast_grads``), the branch of
+``is_compiling()`` taken (``compile_branches``), ``torch.vmap`` as one op (``functorch_transforms``)
+and a ``Tensor.to`` that changes nothing (``tensor_to``)."""

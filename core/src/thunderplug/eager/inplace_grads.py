@@ -1,0 +1,148 @@
+"""Gradients of tensors updated in place inside a jitted function, as in eager.
+
+Why: a parameter updated in place in ``forward`` (``with torch.no_grad(): self.gain.mul_(0.9)``,
+a clamp of weights, a buffer's running statistic) keeps its autograd identity in eager: the
+update only changes its value, and every later use of the tensor still sends its gradient to it
+(a leaf's ``.grad``). thunder 0.2.6 represents the update functionally: the op computing the new
+value is computed under ``no_grad``, so autodiff treats it as a constant, and the new value is a
+fresh proxy with no path back to the input; the trace also returns that new proxy in place of the
+input (``flat_args``, swapped by thunder's alias-update pass), so the gradient thunder returns for
+the input is the one of the updated value only, or none (``gain.grad`` stays None, and the
+losses drift from eager's from the second step). An input updated in place *with* grad
+(``a.mul_(2)`` on a non-leaf input) loses its gradient the same way: the chain through the
+update ends at the new proxy, not at the input.
+
+How: :func:`keeping_gradient_identity` wraps thunder's autodiff (``grad_transform_on_trace``,
+patched in ``wiring.patches`` for ``discover()`` compilations). Before autodiff, in the
+trace it is given:
+
+* each in-place op computed under ``no_grad`` on a floating tensor has its new value passed
+  through :data:`same_gradient` (``new = same_gradient(updated, old)``): forward the updated
+  value, backward the cotangent to the tensor before the update, as eager's identity does;
+* the returned ``flat_args`` (whose gradients autodiff computes) are the inputs themselves again,
+  wherever the trace still reads the input (so not for an input thunder replaced by an alias of
+  another input). thunder's split of the joint trace needs the updated values there (it keeps an
+  update in the forward when its result is returned), so after autodiff the joint trace returns
+  them again in ``flat_args``, with the gradients of the inputs.
+
+Both are no-ops for a trace without in-place updates of inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from thunder.core import dtypes, prims
+from thunder.core.prims import get_grad, put_grad
+from thunder.core.proxies import ProxyTag, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.core.transforms import register_grad
+from thunder.executors.pythonex import ex as pythonex
+
+#: the key under which the trace given to autodiff returns thunder's ``flat_args`` (updated values)
+_UPDATED = "thunderplug_updated_flat_args"
+
+#: ``new = same_gradient(updated, old)``: ``updated`` itself; its gradient goes to ``old``
+same_gradient = pythonex.register_operator(
+    "same_gradient", meta=lambda updated, old: TensorProxy(like=updated), fn=lambda updated, old: updated
+)
+
+
+def _same_gradient_rule(updated: TensorProxy, old: TensorProxy) -> TensorProxy:
+    new = same_gradient(updated, old)
+    put_grad(old, get_grad(new))
+    return new
+
+
+register_grad(same_gradient.id, _same_gradient_rule)
+
+
+def keeping_gradient_identity(
+    original: Callable[..., TraceCtx], active: Callable[[], bool]
+) -> Callable[..., TraceCtx]:
+    """thunder's ``grad_transform_on_trace``, given the trace with in-place updates rewritten as
+    described above (when ``active()``)."""
+
+    def grad_transform_on_trace(trace: TraceCtx, /, *args: Any, **kwargs: Any) -> TraceCtx:
+        if not active():
+            return original(trace, *args, **kwargs)
+        return _updated_values_returned(original(rewrite(trace), *args, **kwargs))
+
+    return grad_transform_on_trace
+
+
+def rewrite(trace: TraceCtx) -> TraceCtx:
+    """``trace`` with no-grad in-place updates passed through :data:`same_gradient` and the
+    returned ``flat_args`` restored to the inputs; ``trace`` itself when neither changes anything."""
+    returned = trace.bound_symbols[-1] if trace.bound_symbols else None
+    if returned is None or returned.sym.id != prims.PrimIDs.RETURN or not _returns_flat_args(returned):
+        return trace
+    updates = [bsym for bsym in trace.bound_symbols[:-1] if _no_grad_update(bsym)]
+    flat_args = _inputs_again(trace, returned.args[0]["flat_args"])
+    if not updates and all(a is b for a, b in zip(flat_args, returned.args[0]["flat_args"])):
+        return trace
+    rewritten = from_trace(trace)
+    swap: dict = {}
+    with tracectx(rewritten):
+        for bsym in trace.bound_symbols[:-1]:
+            bsym = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
+            rewritten.bound_symbols.append(bsym)
+            if _no_grad_update(bsym):
+                updated, old = bsym.output, bsym.flat_proxy_args[0]
+                new = TensorProxy(like=updated, requires_grad=old.requires_grad)
+                # bound, not called: a call under no_grad would tag ``new`` as constant for autodiff
+                rewritten.bound_symbols.append(same_gradient.bind(updated, old, output=new))
+                swap[variableify(updated)] = new
+        results = {**returned.args[0], "flat_args": flat_args, _UPDATED: tuple(returned.args[0]["flat_args"])}
+        final = returned.from_bsym(args=(results, *returned.args[1:]))
+        rewritten.bound_symbols.append(final.from_bsym_swap_proxies(swap) if swap else final)
+    return rewritten
+
+
+def _updated_values_returned(joint: TraceCtx) -> TraceCtx:
+    """The joint trace returning the updated values in ``flat_args`` again (see the module's doc)."""
+    returned = joint.bound_symbols[-1] if joint.bound_symbols else None
+    if returned is None or not returned.args or not isinstance(returned.args[0], dict):
+        return joint
+    results = dict(returned.args[0])
+    if _UPDATED not in results:
+        return joint
+    results["flat_args"] = list(results.pop(_UPDATED))
+    restored = from_trace(joint)
+    restored.bound_symbols = [*joint.bound_symbols[:-1], returned.from_bsym(args=(results, *returned.args[1:]))]
+    return restored
+
+
+def _returns_flat_args(returned: BoundSymbol) -> bool:
+    return bool(returned.args) and isinstance(returned.args[0], dict) and "flat_args" in returned.args[0]
+
+
+def _no_grad_update(bsym: BoundSymbol) -> bool:
+    """An in-place op (its decomposition ends in ``copy_``) computed under ``no_grad`` whose
+    updated tensor is floating (could carry a gradient)."""
+    if not bsym.subsymbols or bsym.subsymbols[-1].sym.id != prims.PrimIDs.COPY_:
+        return False
+    updated, args = bsym.output, bsym.flat_proxy_args
+    return (
+        isinstance(updated, TensorProxy)
+        and ProxyTag.DETACHED_AUTOGRAD_GRAPH in updated.tags
+        and bool(args)
+        and isinstance(args[0], TensorProxy)
+        and dtypes.is_inexact_dtype(args[0].dtype)
+    )
+
+
+def _inputs_again(trace: TraceCtx, flat_args: list) -> list:
+    """``flat_args`` with each alias thunder's alias-update pass put in an input's place replaced by
+    the input, where the trace still reads the input."""
+    inputs, _ = tree_flatten((trace.args, trace.kwargs))
+    if len(inputs) != len(flat_args):
+        return flat_args
+    read = {variableify(p) for bsym in trace.bound_symbols[:-1] for p in bsym.flat_proxy_args}
+    return [
+        given if isinstance(given, TensorProxy) and current is not given and variableify(given) in read else current
+        for current, given in zip(flat_args, inputs)
+    ]

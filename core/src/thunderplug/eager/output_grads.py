@@ -1,0 +1,160 @@
+"""Which outputs of a jitted function require grad: as in eager, only those computed from an input
+that requires grad through differentiable values.
+
+Why: thunder 0.2.6 returns every output of a function that needs autograd from one
+``torch.autograd.Function`` without marking any as non-differentiable, so ``y.cos()`` of an input
+``y`` without grad, or an inner tensor read from a subclass (``x.get_elem().cos()``), reports
+``requires_grad=True`` where eager says False.
+
+How: thunder's autodiff (``grad_transform_on_trace``, wrapped in ``wiring.patches`` for
+``discover()`` compilations) calls :func:`marking_outputs`. It reads the trace *before* autodiff,
+whose ``torch.no_grad()`` tags are the interpreter's: autodiff re-traces every differentiable op
+under the grad mode the function *ends* in, so in the joint trace a function that ends under
+``no_grad`` (``torch.set_grad_enabled(False)`` as its last line), or an autograd.Function forward
+run under ``no_grad``, tags differentiable values as detached. It follows data dependence from the
+inputs that require grad through the trace's top-level ops and stops at values that cannot carry a
+gradient (integer and boolean tensors), at ``detach``, at values computed under ``torch.no_grad()``
+and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path reaches
+are, in the joint trace (outputs match by position), passed through a ``mark_non_differentiable``
+op, which flags the tensor at run time; thunder's autograd Functions (patched in
+``wiring.patches``) then pass the flagged outputs to ``ctx.mark_non_differentiable``, as a
+hand-written Function would. The analysis is conservative: where it cannot tell, the output keeps
+thunder's answer, True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from thunder.core import dtypes
+from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten, tree_unflatten
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.executors.pythonex import ex as pythonex
+
+#: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
+_FLAG = "_thunderplug_non_differentiable"
+
+
+def _flagged(tensor: torch.Tensor) -> torch.Tensor:
+    setattr(tensor, _FLAG, True)
+    return tensor
+
+
+#: ``t = mark_non_differentiable(t0)``: ``t0`` itself, flagged. An op with an output, so that thunder's
+#: split of the joint trace keeps it in the forward (it places ops by what their outputs feed).
+mark_non_differentiable = pythonex.register_operator(
+    "mark_non_differentiable", meta=lambda tensor: TensorProxy(like=tensor), fn=_flagged
+)
+
+
+def marking_outputs(
+    original: Callable[..., TraceCtx], active: Callable[[], bool], cuts: Callable[[BoundSymbol], bool]
+) -> Callable[..., TraceCtx]:
+    """thunder's ``grad_transform_on_trace``, whose joint trace then marks the outputs that no input
+    requiring grad reaches in the trace it was given (when ``active()``)."""
+
+    def grad_transform_on_trace(trace: TraceCtx, /, *args: Any, **kwargs: Any) -> TraceCtx:
+        joint = original(trace, *args, **kwargs)
+        return mark_outputs(trace, joint, cuts) if active() else joint
+
+    return grad_transform_on_trace
+
+
+def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:
+    """The joint forward-backward trace ``joint`` made from ``trace``, with every forward output
+    (``fw_flat_out``) whose counterpart in ``trace`` no input requiring grad reaches replaced by its
+    ``mark_non_differentiable``; ``joint`` itself when every output may need a gradient."""
+    returned, joint_returned = _return_of(trace), _return_of(joint)
+    if returned is None or joint_returned is None or not _is_joint_return(joint_returned.args):
+        return joint
+    if not isinstance(returned.args[0], dict) or "flat_args" not in returned.args[0]:
+        return joint
+    results = joint_returned.args[0]
+    outputs, _ = tree_flatten(returned.args[0].get("output"))
+    joint_outputs, spec = tree_flatten(results["fw_flat_out"])
+    if len(outputs) != len(joint_outputs):
+        return joint
+    unreached_positions = _unreached(trace, returned.args[0], results["output"], outputs, cuts)
+    unreached = {
+        variableify(joint_outputs[i]) for i in unreached_positions if isinstance(joint_outputs[i], TensorProxy)
+    }
+    if not unreached:
+        return joint
+    marked = from_trace(joint)
+    swap: dict = {}
+    with tracectx(marked):
+        for bsym in joint.bound_symbols[:-1]:
+            if bsym.sym.name == "get_grad":  # the cotangent of a marked output
+                bsym = bsym.from_bsym_swap_proxies(swap)
+            marked.bound_symbols.append(bsym)
+            for out in bsym.flat_proxy_outs:
+                if variableify(out) in unreached and variableify(out) not in swap:
+                    marked.push_scope([])
+                    swap[variableify(out)] = mark_non_differentiable(out)
+                    marked.bound_symbols.extend(marked.pop_scope())
+        flat_outputs = [swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in joint_outputs]
+        new_results = {**results, "fw_flat_out": tree_unflatten(flat_outputs, spec)}
+        marked.bound_symbols.append(joint_returned.from_bsym(args=(new_results, *joint_returned.args[1:])))
+    return marked
+
+
+def _unreached(
+    trace: TraceCtx, results: dict, grads: Any, outputs: list, cuts: Callable[[BoundSymbol], bool]
+) -> list[int]:
+    """The positions of the tensor ``outputs`` of ``trace`` that no input requiring grad reaches."""
+    flat_args = results["flat_args"]
+    inputs = {variableify(a) for a in flat_args if isinstance(a, TensorProxy)}
+    # the inputs that require grad, and those thunder's autodiff computes a gradient for (``grads``)
+    reached = {
+        variableify(arg)
+        for arg, grad in zip(flat_args, grads)
+        if _carries_grad(arg) and (arg.requires_grad or grad is not None)
+    }
+    for bsym in trace.bound_symbols[:-1]:
+        if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
+            continue
+        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
+    return [
+        i
+        for i, out in enumerate(outputs)
+        if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
+    ]
+
+
+def _return_of(trace: TraceCtx) -> BoundSymbol | None:
+    last = trace.bound_symbols[-1] if trace.bound_symbols else None
+    return last if last is not None and last.sym.name == "python_return" and last.args else None
+
+
+def _carries_grad(value: Any) -> bool:
+    """A floating tensor-like proxy (thunder's distributed ops return ``FutureTensorProxy``)."""
+    dtype = getattr(value, "dtype", None) if isinstance(value, Proxy) else None
+    return isinstance(dtype, dtypes.dtype) and dtypes.is_inexact_dtype(dtype)
+
+
+def _detached(value: Proxy) -> bool:
+    """Computed under ``torch.no_grad()`` (thunder tags such results while interpreting)."""
+    return ProxyTag.DETACHED_AUTOGRAD_GRAPH in value.tags
+
+
+def _is_joint_return(args: tuple) -> bool:
+    """thunder's joint forward-backward trace returns ``{"output", "flat_args", "fw_flat_out"}``
+    (``output``: the gradients of ``flat_args``)."""
+    return bool(args) and isinstance(args[0], dict) and {"output", "flat_args", "fw_flat_out"} <= args[0].keys()
+
+
+def autograd_forward(original: Callable[..., Any]) -> Any:
+    """thunder's autograd Function ``forward``, also marking the outputs the trace flagged."""
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        outputs = original(ctx, *args)
+        flagged = [o for o in outputs if isinstance(o, torch.Tensor) and o.__dict__.pop(_FLAG, False)]
+        if flagged:
+            ctx.mark_non_differentiable(*(getattr(ctx, "non_differentiable", None) or ()), *flagged)
+        return outputs
+
+    return staticmethod(forward)

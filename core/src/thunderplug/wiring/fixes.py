@@ -1,0 +1,896 @@
+"""Replacements for thunder 0.2.6 bugs that are not about subclasses: each only turns a crash or
+a wrong gradient into what eager PyTorch does."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import os
+import sysconfig
+import threading
+import types
+import warnings
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from thunder.core.codeutils import SigInfo
+from thunder.core.compile_data import get_compile_data
+from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
+from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.trace import TraceCtx
+
+
+def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Tracing a ``torch.autograd.Function.apply`` whose arguments include an object thunder
+    cannot proxy (a config dataclass, as torchao's ``matmul_with_hp_or_float8_args`` takes) fails
+    with ``AttributeError: ... has no attribute 'name'``: name such constants instead."""
+
+    def replacement(name: str, args: Any) -> SigInfo:
+        from thunder.core.proxies import proxy
+
+        signature = SigInfo(name)
+        for index, arg in enumerate(args):
+            named = arg if isinstance(arg, ProxyInterface) else proxy(arg)
+            signature.args.append((named.name if isinstance(named, ProxyInterface) else f"_constant_{index}", None))
+        return signature
+
+    return staticmethod(replacement)
+
+
+def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder tags a value computed under ``torch.no_grad()`` as detached (constant for autodiff).
+    An ``autograd.Function`` whose forward computes its result under ``no_grad`` hands that tag to
+    its own output, so autodiff never calls its backward: the inputs get no gradient and the
+    output does not require grad, where eager differentiates it through ``backward``. As thunder
+    already does for ``autograd_function_apply``, whether the output is detached is the grad mode
+    at the ``apply`` call (thunder tags the outputs itself when that mode is off); inputs returned
+    as they are keep their own tags."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(wrapped_cls, *args, **kwargs)
+        compile_data = get_compile_data()
+        grad_enabled = compile_data is not None and compile_data.is_grad_enabled
+        if not active() or isinstance(result, INTERPRETER_SIGNALS) or not grad_enabled:
+            return result
+        arguments = ([unwrap(a) for a in args], {k: unwrap(v) for k, v in kwargs.items()})
+        inputs = {id(a) for a in tree_flatten(arguments)[0]}
+        for output in tree_flatten(unwrap(result))[0]:
+            if isinstance(output, TensorProxy) and id(output) not in inputs:
+                output.tags.discard(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+        return result
+
+    return replacement
+
+
+def cross_entropy_label_smoothing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``F.cross_entropy`` with ``label_smoothing`` and class-index targets divides the
+    *unmasked* smoothing term by the number (or weight) of the targets not ignored, so a mean loss
+    with ``ignore_index`` hit is silently wrong, and with class weights it squeezes every unit dim
+    (an error for a batch of one). The replacement is ATen's composition: ``(1 - e) * nll_loss +
+    e / C * smooth``, where ``smooth`` is the (weighted) sum of ``-log_softmax`` over the classes,
+    zero where the target is ignored, reduced as ``reduction`` says (``mean``: divided by the number
+    or the total weight of the targets kept)."""
+
+    def replacement(a: Any, /, target: Any, weight: Any, ignore_index: int, reduction: str, label_smoothing: float):
+        if not active():
+            return original(a, target, weight, ignore_index, reduction, label_smoothing)
+        import thunder.torch as ltorch
+
+        class_dim = 1 if a.ndim >= 2 else 0
+        classes = a.shape[class_dim]
+        logp = ltorch.log_softmax(a, class_dim)
+        nll = ltorch.nll_loss(logp, target, weight, ignore_index, reduction)
+        if weight is not None:
+            logp = logp * ltorch.reshape(weight, [classes] + [1] * (a.ndim - 2))
+        kept = ltorch.ne(target, ignore_index)
+        smooth = ltorch.where(kept, ltorch.neg(ltorch.sum(logp, class_dim)), 0)
+        if reduction == "none":
+            total = smooth
+        elif reduction == "sum":
+            total = ltorch.sum(smooth)
+        elif weight is None:
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(kept))
+        else:
+            kept_targets = ltorch.reshape(ltorch.where(kept, target, 0), (-1,))
+            target_weights = ltorch.reshape(ltorch.index_select(weight, 0, kept_targets), tuple(target.shape))
+            total = ltorch.true_divide(ltorch.sum(smooth), ltorch.sum(ltorch.where(kept, target_weights, 0)))
+        return nll * (1.0 - label_smoothing) + total * (label_smoothing / classes)
+
+    return replacement
+
+
+def autograd_function_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder ignores ``non_differentiable_idx`` of ``torch.ops.higher_order.autograd_function_apply``:
+    the outputs it lists are detached after the call, so no gradient flows into them, as in eager."""
+
+    def replacement(fwd: Any, bwd: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(fwd, bwd, *args, **kwargs)
+        indices = tuple(unwrap(kwargs["non_differentiable_idx"]) or ()) if "non_differentiable_idx" in kwargs else ()
+        if not indices or not hasattr(result, "value"):
+            return result
+        return interpreter_needs_wrap(_detach_outputs)(result, wrap_const(indices))
+
+    return replacement
+
+
+def _detach_outputs(output: Any, indices: tuple) -> Any:
+    import thunder.torch as ltorch
+
+    if isinstance(output, (tuple, list)):
+        return type(output)(
+            ltorch.detach(o) if i in indices and isinstance(o, TensorProxy) else o for i, o in enumerate(output)
+        )
+    return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output
+
+
+def insert_alias_updates(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder builds the augmented forward of an ``autograd.Function`` in a fresh trace that knows
+    none of the names its ops use, so the alias updates it inserts for in-place ops (torchao's
+    ``denormal_x -= mask`` in ``_f32_to_floatx_unpacked``) can reuse one (``Variable t5 is being
+    overwritten``): the trace's names are reserved first."""
+
+    def replacement(trace: TraceCtx, alias_tensor_indices: list[list[int]]) -> TraceCtx:
+        trace.names.update(_names_in(trace.bound_symbols))
+        trace.names.update(arg.name for arg in trace.args if isinstance(arg, ProxyInterface))
+        return original(trace, alias_tensor_indices)
+
+    return replacement
+
+
+def _names_in(bound_symbols: list) -> set[str]:
+    names: set[str] = set()
+    for bsym in bound_symbols:
+        names.update(p.name for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs))
+        names.update(_names_in(bsym.subsymbols))
+    return names
+
+
+def index_put_backward(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's backward of ``torch.index_put`` returns ``(grad_a, grad_values)``, which its
+    autodiff matches positionally with ``(a, indices, values, accumulate)``: ``values`` silently
+    gets no gradient. The gradients are returned in the arguments' places instead."""
+
+    def replacement(*args: Any) -> Any:
+        grads = original(*args)
+        if not active():
+            return grads
+        grad_a, grad_values = grads
+        return grad_a, None, grad_values
+
+    return replacement
+
+
+def autocast_state_per_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
+    when ``thunder.jit`` is called), restoring the function's autocast stack after each call.
+
+    ``populate_cache_info`` pushes the caller's autocast onto the compile data's stack on every
+    call made under ``torch.autocast`` and never pops it: after one such call, every later
+    compilation of the function applies autocast (a plain call after an autocast one returns
+    bfloat16 where eager returns float32), and the stack grows by one entry per call."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wrapped = original(fn)
+        code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+        if code is None or closure is None or "weakref_cd" not in code.co_freevars:
+            return wrapped
+        compile_data_ref = closure[code.co_freevars.index("weakref_cd")].cell_contents
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            compile_data = compile_data_ref()
+            stack = getattr(getattr(compile_data, "autocast_stack", None), "stack", None)
+            depth = len(stack) if stack is not None else 0
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                while stack is not None and len(stack) > depth:
+                    stack.pop()
+
+        return call
+
+    return decorate
+
+
+def interpret_letting_interrupts_through(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's interpreter turns anything escaping its own machinery into an ``InterpreterError``
+    (``Encountered exception KeyboardInterrupt: ... while tracing``), ``BaseException`` included:
+    Ctrl-C while a function compiles, or ``sys.exit()`` inside it, then escapes ``except
+    KeyboardInterrupt`` / ``except SystemExit``. Exceptions that are not ``Exception`` leave as
+    themselves; every other error is wrapped as before."""
+    from thunder.core.interpreter import InterpreterError
+
+    def replacement(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        interpreted = original(fn, *args, **kwargs)
+
+        @functools.wraps(interpreted)
+        def call(*call_args: Any, **call_kwargs: Any) -> Any:
+            try:
+                return interpreted(*call_args, **call_kwargs)
+            except InterpreterError as error:
+                cause = error.__cause__
+                if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+                    raise cause from None
+                raise
+
+        return call
+
+    return replacement
+
+
+def general_jit_lookaside(
+    original: Callable[..., Any], runs_fn_itself: Callable[[Any], bool], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """thunder's jit asks, for every call the interpreter makes, whether an argument is a sequence holding
+    a tensor, by iterating it outside the interpreter: a user-defined ``Sequence`` runs its own
+    ``__iter__`` there, even as ``self`` of its ``__init__`` before any attribute is set (transformers'
+    ``_PerLayerConfigView``: ``AttributeError: ... no attribute '_config'``). The answer only matters for
+    functions thunder runs itself (opaque functions, symbols, clang functions), so for the others such
+    arguments are not shown to it."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # asked for every call the interpreter makes: the rare case is tested first
+        if not any(_is_user_sequence(a) for a in args) or not active() or runs_fn_itself(fn):
+            return original(fn, *args, **kwargs)
+        return original(fn, *(a for a in args if not _is_user_sequence(a)), **kwargs)
+
+    return replacement
+
+
+def _is_user_sequence(arg: Any) -> bool:
+    value = getattr(arg, "value", None)
+    return isinstance(value, Sequence) and not isinstance(value, (list, tuple, str, bytes, range))
+
+
+def cat_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """Eager ``torch.cat`` skips 1-D empty tensors (``torch.tensor([])``, the legacy placeholder that
+    transformers' ``DynamicLayer`` starts its key/value cache with) when concatenating along a dimension
+    they do not have; thunder checks the dimension against them and fails (``Expected dimension in
+    inclusive range of -1 and 0``). They are left out, and the result keeps the dtype all the inputs
+    promote to, as in eager."""
+    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
+
+    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(_cat_like_eager)))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement
+
+
+def _cat_like_eager(tensors: Any, dim: int = 0) -> Any:
+    import thunder.torch as ltorch
+    from thunder.core import utils
+
+    tensors = list(tensors)
+    kept = [t for t in tensors if not (isinstance(t, TensorProxy) and t.ndim == 1 and t.shape[0] == 0)]
+    if not kept or len(kept) == len(tensors):
+        return ltorch.cat(tensors, dim)
+    kind = utils.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    _, dtype = utils.elementwise_type_promotion(*tensors, type_promotion_kind=kind)
+    result = ltorch.cat(kept, dim)
+    return result if result.dtype == dtype else ltorch.to(result, dtype)
+
+
+def sdpa_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``scaled_dot_product_attention`` has no ``enable_gqa`` (torch >= 2.5; transformers passes
+    it for grouped-query attention without a mask): the key and value heads are repeated to the query's
+    (``repeat_interleave`` over the head dimension, what eager's kernels compute: bit-identical on CPU,
+    gradients included) and the call goes to thunder's symbol."""
+    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
+
+    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(_sdpa_with_gqa)))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() and "enable_gqa" in kwargs else original(*args, **kwargs)
+
+    return replacement
+
+
+def _sdpa_with_gqa(
+    query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+    scale: float | None = None, enable_gqa: bool = False,
+) -> Any:
+    import thunder.torch as ltorch
+
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        repeats = query.shape[-3] // key.shape[-3]
+        key = ltorch.repeat_interleave(key, repeats, dim=-3)
+        value = ltorch.repeat_interleave(value, repeats, dim=-3)
+    return ltorch.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+
+def process_recorded_modifications(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder replays, after the computation, every write the function made to a dict it did not create as a
+    local, including the ``_buffers`` of a module the function constructs itself (transformers'
+    ``BertForMaskedLM`` builds ``CrossEntropyLoss()`` in its forward), and fails (``AssertionError``) finding
+    no parameter path for it. An object made inside the function is gone (or returned) when it ends: its
+    writes are not replayed."""
+    from thunder.core.interpreter import PseudoInst
+
+    def made_inside(provenance: Any) -> bool:
+        while provenance.inst in (PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR) and provenance.inputs:
+            provenance = provenance.inputs[0]
+        if provenance.inst is PseudoInst.NEW:
+            return True
+        if provenance.inst is PseudoInst.OPAQUE and provenance.inputs:
+            called = provenance.inputs[0]
+            return called.inst is PseudoInst.CONSTANT and getattr(called.value, "__name__", None) == "__new__"
+        return False
+
+    def replacement(ctx: Any, epilogue_trace: Any) -> Any:
+        if not active():
+            return original(ctx, epilogue_trace)
+        writes = ctx._additional_outputs
+        local = {obj: writes.pop(obj) for obj in list(writes) if made_inside(obj.provenance)}
+        for obj in writes:
+            _write_back_to_the_jitted_module(obj)
+        recorded = dict(writes)
+        for obj in writes:
+            writes[obj] = _replay_plain_attributes(obj, writes[obj], epilogue_trace)
+        try:
+            return original(ctx, epilogue_trace)
+        finally:
+            writes.update(recorded)
+            writes.update(local)
+
+    return replacement
+
+
+def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trace: Any) -> list:
+    """thunder replays an attribute write only when the value is a proxy, a number, a tuple, ``None`` or a
+    device, and fails (``AssertionError``) on a dtype or a string: transformers 4.57's ``StaticCache``
+    writes ``self.dtype = key_states.dtype`` when the first compiled call allocates it, stock thunder too.
+    Such a write, the last of its attribute, is replayed here (the value as torch's: thunder's dtype becomes
+    ``torch.dtype``); the modifications left for thunder are returned. A value neither can replay (a
+    function) is refused by the attribute's path."""
+    from thunder.core import devices, dtypes, prims
+    from thunder.core.interpreter import PseudoInst
+    from thunder.core.trace import tracectx
+
+    provenance = attributes.provenance
+    if not (
+        isinstance(attributes.value, dict)
+        and provenance.inst is PseudoInst.LOAD_ATTR
+        and provenance.inputs[1].inst is PseudoInst.CONSTANT
+        and provenance.inputs[1].value == "__dict__"
+        and hasattr(provenance.inputs[0], "proxy")
+        and all(inst is PseudoInst.STORE_SUBSCR for inst, *_ in modifications)
+    ):
+        return modifications
+    last = {key.value: value.value for _, _, key, value in modifications}
+    replayable = (ProxyInterface, int, float, tuple, type(None), devices.Device, torch.dtype, dtypes.dtype, str)
+    for key, value in last.items():
+        if not isinstance(value, replayable):
+            raise NotImplementedError(
+                f"thunderplug: the jitted function sets `{_readable(provenance.inputs[0])}.{key}` to a "
+                f"{type(value).__qualname__} (transformers 4.57 wraps each layer's `forward` this way for "
+                "`output_hidden_states`); thunder 0.2.6 cannot replay such a write after the compiled call. Set it "
+                "outside the jitted function, or leave the option that sets it off"
+            )
+    plain = {
+        key: dtypes.to_torch_dtype(value) if isinstance(value, dtypes.dtype) else value
+        for key, value in last.items()
+        if isinstance(value, (torch.dtype, dtypes.dtype, str)) and isinstance(key, str)
+    }
+    with tracectx(epilogue_trace):
+        for key, value in plain.items():
+            epilogue_trace.bound_symbols.append(
+                prims.pack_attr.bind(provenance.inputs[0].proxy, key, value, output=None)
+            )
+    return [m for m in modifications if m[2].value not in plain]
+
+
+def _readable(provenance: Any) -> str:
+    """Where a value came from, as the user would write it (``self.model.layers[0]``, ``args[1].cache``)."""
+    from thunder.core.interpreter import PseudoInst
+    from thunder.core.jit_ext import MODULE_MEMBER_DICT_ATTRS
+
+    inst, inputs = provenance.inst, provenance.inputs
+    if inst is PseudoInst.INPUT_FN:
+        return "self"
+    if inst in (PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS):
+        return "args" if inst is PseudoInst.INPUT_ARGS else "kwargs"
+    if inst is PseudoInst.LOAD_ATTR and len(inputs) == 2:
+        return f"{_readable(inputs[0])}.{inputs[1].value}"
+    if inst is PseudoInst.BINARY_SUBSCR and len(inputs) == 2:
+        container, key = inputs
+        if container.inst is PseudoInst.LOAD_ATTR and container.inputs[1].value in MODULE_MEMBER_DICT_ATTRS:
+            owner = _readable(container.inputs[0])
+            return f"{owner}[{key.value}]" if str(key.value).isdigit() else f"{owner}.{key.value}"
+        return f"{_readable(container)}[{key.value!r}]"
+    return "an object"
+
+
+def _write_back_to_the_jitted_module(attributes: Any) -> None:
+    """thunder replays an attribute write on an object through the proxy the object got when it was first
+    written, and the module ``thunder.jit`` was given gets none: its writes (``self.flag = True`` in its
+    forward; transformers' ``_output_capturing_hooks_installed``) were dropped, silently. Its ``__dict__``
+    is recorded as that of its ThunderModule's ``_model`` (the module itself), which the epilogue reads."""
+    from thunder.core.interpreter import ProvenanceRecord, PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE
+    from thunder.core.proxies import AnyProxy
+
+    provenance = attributes.provenance
+    if not (provenance.inst is PseudoInst.LOAD_ATTR and provenance.inputs[1].inst is PseudoInst.CONSTANT
+            and provenance.inputs[1].value == "__dict__"):
+        return
+    owner = provenance.inputs[0]
+    if owner.inst is not PseudoInst.INPUT_FN or not owner.ext_flag & EXT_FLAG_IS_MODULE or hasattr(owner, "proxy"):
+        return
+    model = ProvenanceRecord(PseudoInst.LOAD_ATTR,
+                             inputs=[owner, ProvenanceRecord(PseudoInst.CONSTANT, inputs=[], value="_model")])
+    model.proxy = AnyProxy(get_compile_data().fn, history=model)
+    attributes.provenance = ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[model, provenance.inputs[1]],
+                                             ext_flag=provenance.ext_flag)
+
+
+_autocast_rules = threading.local()
+
+
+def autocast_rules_enabled() -> bool:
+    """Replaces ``thunder.transforms.autocast.is_autocast_enabled``: whether thunder's autocast rules
+    apply to the symbols this thread traces now."""
+    return getattr(_autocast_rules, "enabled", True)
+
+
+@contextlib.contextmanager
+def autocast_rules_disabled() -> Iterator[None]:
+    """Replaces ``thunder.transforms.autocast.disable_autocast``. thunder keeps the flag in a module
+    global, saved and restored around each rule: two threads compiling at once (each subclass op's
+    unrolled graph is traced under it) interleave their saves and restores and can leave it off for
+    the whole process, after which no later compilation applies autocast (float32 where eager gives
+    bfloat16, stock ``thunder.jit`` included). One flag per thread."""
+    before = autocast_rules_enabled()
+    _autocast_rules.enabled = False
+    try:
+        yield
+    finally:
+        _autocast_rules.enabled = before
+
+
+def mark_static_address_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``torch._dynamo.mark_static_address(t)`` only tags ``t`` with an attribute that Dynamo alone reads
+    (transformers' ``StaticCache`` tags its key/value tensors and length when it allocates them, during
+    the first forward). thunder replays the attribute write onto a tensor input and fails (``trying to set
+    ._dynamo_static_input_type``); a thunder trace has no use for the tag, so the call does nothing."""
+    ours = interpreter_needs_wrap(lambda *args, **kwargs: None)
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        return ours(*args, **kwargs) if active() else original(*args, **kwargs)
+
+    return replacement
+
+
+def object_setattr_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """Two thunder bugs in attribute writes (``obj.name = value``) inside jitted code, both silent.
+
+    On an object the function did not create (``layer.keys = ...``), thunder records the write to replay
+    it after the computation, as a write to the object's ``__dict__``. The first write swaps the wrapped
+    ``__dict__`` for thunder's own copy, and thunder then writes the next attributes into that copy under
+    a fresh wrapper that records nothing: only the first attribute written reached the object
+    (transformers' ``StaticCache`` allocated in a compiled prefill kept ``device`` and lost its ``keys``,
+    ``values`` and ``is_initialized``, so every token re-created an empty cache). The copy is made known
+    as the same wrapped ``__dict__``, so every write is recorded.
+
+    On an object the function created, thunder writes the attribute but keeps the wrapper of its former
+    value, from which it builds the returned object: transformers' ``ModelOutput`` got
+    ``hidden_states`` set after construction (``output_hidden_states=True``) and was returned with
+    ``None``. The written value's wrapper replaces it."""
+    from thunder.core.interpreter import get_interpreterruntimectx
+    from thunder.core.jit_ext import is_created_during_tracing
+
+    def replacement(obj: Any, name: Any, value: Any) -> Any:
+        if not active():
+            return original(obj, name, value)
+        wrappers = getattr(obj, "attribute_wrappers", {})
+        attributes = wrappers.get("__dict__")
+        if attributes is not None and attributes.original_value is not attributes.nothing:
+            get_interpreterruntimectx().cache_wrapper(attributes)  # its value is thunder's copy
+        result = original(obj, name, value)
+        key = unwrap(name)
+        if result is not INTERPRETER_SIGNALS.EXCEPTION_RAISED and key in wrappers and is_created_during_tracing(
+            obj.provenance
+        ):
+            if getattr(unwrap(obj), "__dict__", {}).get(key, wrappers) is unwrap(value):
+                wrappers[key] = value
+            else:
+                del wrappers[key]
+        return result
+
+    return replacement
+
+
+def thunder_module_getattr(
+    original: Callable[..., Any], compiled_by_thunderplug: Callable[[Any], bool]
+) -> Callable[..., Any]:
+    """``ThunderModule.__getattr__`` finds what the ThunderModule lacks on the original module, so a method
+    of the model (transformers' ``generate``) came back bound to the original module, and its
+    ``self(...)`` / ``self.forward(...)`` ran the model uncompiled. For a ``discover()`` ThunderModule,
+    such a method (one the model's classes define, not ``nn.Module``) is bound to a view of the model: an
+    object of a subclass of the model's class, sharing the model's ``__dict__`` (its attributes, modules,
+    parameters, and what the method writes), whose call and ``forward`` are the ThunderModule's."""
+    views: dict[int, Any] = {}
+
+    def view_of(thunder_module: torch.nn.Module) -> Any:
+        model = thunder_module._model
+        view = views.get(id(thunder_module))
+        if view is None or view.__dict__ is not model.__dict__:
+            compiled = weakref.ref(thunder_module)  # the view lives as long as the ThunderModule, not longer
+
+            def forward(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled().forward(*args, **kwargs)
+
+            def call(_: Any, *args: Any, **kwargs: Any) -> Any:
+                return compiled()(*args, **kwargs)
+
+            cls = type(model)
+            view_class = type(cls.__name__, (cls,), {
+                "forward": functools.wraps(cls.forward)(forward), "__call__": functools.wraps(cls.__call__)(call),
+                "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            })
+            view = object.__new__(view_class)
+            view.__dict__ = model.__dict__
+            views[id(thunder_module)] = view
+            weakref.finalize(thunder_module, views.pop, id(thunder_module), None)
+        return view
+
+    def replacement(self: torch.nn.Module, name: str) -> Any:
+        found = original(self, name)
+        if (
+            isinstance(found, types.MethodType)
+            and found.__self__ is self._model
+            and not hasattr(torch.nn.Module, name)
+            and compiled_by_thunderplug(self)
+        ):
+            return types.MethodType(found.__func__, view_of(self))
+        return found
+
+    return replacement
+
+
+#: the hooks registered on modules by the interpretation in progress in this thread (``None``: none is)
+_registered_hooks = threading.local()
+
+#: the module hook registrations that run eagerly when jitted code calls them (wiring.patches)
+HOOK_REGISTRATIONS = (torch.nn.Module.register_forward_hook, torch.nn.Module.register_forward_pre_hook)
+
+
+def hook_registration_lookaside(
+    method: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[[Any], Callable[..., Any]]:
+    """A module hook registered inside jitted code (transformers 5 installs its output-capturing hooks
+    in the first call that asks for ``output_hidden_states``) is registered on the module for real, as
+    in eager: thunder interpreted the registration, so the prologue guarded on torch's global handle
+    counter, which the registration itself advances (every call failed its own guard). Hooks that an
+    interpretation registered are removed if it fails (:func:`removing_hooks_of_failed_interpretations`),
+    so a retried or failed compilation leaves none behind."""
+    unlooked = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__,
+                                  method.__closure__)
+    unlooked.__kwdefaults__ = method.__kwdefaults__
+
+    def register(*args: Any, **kwargs: Any) -> Any:
+        handle = method(*args, **kwargs)
+        registered = getattr(_registered_hooks, "handles", None)
+        if registered is not None:
+            registered.append(handle)
+        return handle
+
+    eager = interpreter_needs_wrap(register)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            return eager(*args, **kwargs) if active() else interpret(unlooked, *args, **kwargs)
+
+        return lookaside
+
+    return make
+
+
+def removing_hooks_of_failed_interpretations(
+    original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """``thunder_general_jit`` (one interpretation of a jitted function) that removes the module hooks it
+    registered (:func:`hook_registration_lookaside`) when it fails."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        outer = getattr(_registered_hooks, "handles", None)
+        _registered_hooks.handles = registered = []
+        try:
+            return original(*args, **kwargs)
+        except BaseException:
+            for handle in registered:
+                handle.remove()
+            raise
+        finally:
+            _registered_hooks.handles = outer
+
+    return replacement
+
+
+def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's prologue reads what the program read from the jitted module through its ThunderModule
+    (``get_thunder_module(module0)``), and the ThunderModule has hook tables of its own (empty): a hook of
+    the module whose code the prologue guards (it reads a global or a closure cell, as transformers 5's
+    output-capturing hooks do) failed every call with ``KeyError`` (its key is in the module's table
+    only). The program ran the module's own hooks, so their tables are read from the module."""
+    from thunder.core import prims
+
+    from thunderplug.caching.reuse import HOOK_TABLES
+
+    def replacement(ctx: Any, prologue_trace: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(ctx, prologue_trace, *args, **kwargs)
+        if active():
+            modules = {
+                id(bsym.output): bsym.args[0]
+                for bsym in prologue_trace.bound_symbols
+                if bsym.sym.id == prims.PrimIDs.UNPACK_THUNDER_MODULE
+            }
+            prologue_trace.bound_symbols = [
+                bsym.from_bsym(args=(modules[id(bsym.args[0])], bsym.args[1]))
+                if bsym.sym.id == prims.PrimIDs.UNPACK_ATTR and id(bsym.args[0]) in modules
+                and bsym.args[1] in HOOK_TABLES
+                else bsym
+                for bsym in prologue_trace.bound_symbols
+            ]
+        return result
+
+    return replacement
+
+
+#: the container methods that change the container they are called on (wiring.patches)
+_MUTATING_METHOD_NAMES = {
+    list: ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__", "__delitem__",
+           "__iadd__", "__imul__"),
+    collections.deque: ("append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove",
+                        "clear", "rotate", "reverse", "__setitem__", "__delitem__", "__iadd__", "__imul__"),
+    dict: ("__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault", "__ior__"),
+    collections.OrderedDict: ("__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault",
+                              "move_to_end", "__ior__"),
+    set: ("add", "discard", "remove", "pop", "clear", "update", "difference_update", "intersection_update",
+          "symmetric_difference_update", "__ior__", "__iand__", "__isub__", "__ixor__"),
+}
+MUTATING_METHODS = {
+    id(method): f"{typ.__name__}.{name}"
+    for typ, names in _MUTATING_METHOD_NAMES.items()
+    for name in names
+    if (method := typ.__dict__.get(name)) is not None
+}
+
+#: per interpretation in progress in this thread: id(container) -> _Mutated (``None``: none is in progress)
+_mutated = threading.local()
+
+
+@dataclasses.dataclass
+class _Mutated:
+    """A container the function did not create, as it was before the function's first change to it."""
+
+    container: Any
+    before: Any
+    method: str  # the first change
+    location: str
+    with_proxy: tuple[str, str] | None = None  # the first change that passed a proxy: (method, location)
+
+    def restore(self) -> None:
+        c = self.container
+        if isinstance(c, dict):
+            c.clear()
+            c.update(self.before)
+        elif isinstance(c, set):
+            c.clear()
+            c.update(self.before.values())
+        else:
+            c.clear()
+            c.extend(self.before)
+
+    def refused(self) -> bool:
+        """Whether the container now holds a thunder proxy it did not hold before (an element, key or value
+        that is or contains one): thunder leaves it there after the first call and skips the change on later,
+        cached calls. A container changed with other values only (a memo such as ``logging.Logger._cache``
+        or ``re._cache``, a list a test appends to while tracing) is left as thunder leaves it."""
+        c = self.container
+        if isinstance(c, dict):
+            return any(
+                (_holds_proxy(k) or _holds_proxy(v)) and not _held_before(self.before, k, v) for k, v in c.items()
+            )
+        held = self.before if isinstance(c, set) else {id(e) for e in self.before}
+        return any(id(e) not in held and _holds_proxy(e) for e in c)
+
+
+def _held_before(before: dict, key: Any, value: Any) -> bool:
+    try:
+        return key in before and before[key] is value
+    except Exception:  # noqa: BLE001 - a key that cannot be compared was not there before
+        return False
+
+
+def _holds_proxy(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, ProxyInterface):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_proxy(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_proxy(k, depth + 1) or _holds_proxy(v, depth + 1) for k, v in value.items())
+    attributes = getattr(value, "__dict__", None)  # a dataclass or plain object holding proxies
+    if isinstance(attributes, dict) and not isinstance(value, (type, types.ModuleType, torch.nn.Module)):
+        return any(_holds_proxy(v, depth + 1) for v in attributes.values())
+    return False
+
+
+def _made_outside(provenance: Any) -> bool:
+    """Whether the wrapped value of this provenance was reached from the jitted function's inputs (its
+    arguments, or the function itself: its globals, closure, module attributes), item by item and attribute
+    by attribute; a slice of a list is a new list."""
+    from thunder.core.interpreter import PseudoInst
+
+    while True:
+        inst = provenance.inst
+        if inst in (PseudoInst.INPUT_FN, PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS):
+            return True
+        if inst in (PseudoInst.LOAD_ATTR, PseudoInst.LIST_APPEND, PseudoInst.LIST_EXTEND) and provenance.inputs:
+            provenance = provenance.inputs[0]
+        elif inst is PseudoInst.BINARY_SUBSCR and len(provenance.inputs) == 2:
+            key = provenance.inputs[1]
+            if getattr(key.inst, "opname", None) == "BUILD_SLICE" or isinstance(key.value, slice):
+                return False
+            provenance = provenance.inputs[0]
+        else:
+            return False
+
+
+def _is_attribute_namespace(wrapped: Any) -> bool:
+    """A module's or object's ``__dict__``, a function's ``__globals__``, an ``nn.Module``'s tables: thunder
+    records writes to those itself (attributes, buffers)."""
+    from thunder.core.interpreter import PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE_MEMBER_DICT, MODULE_MEMBER_DICT_ATTRS
+
+    provenance = wrapped.provenance
+    if provenance.ext_flag & EXT_FLAG_IS_MODULE_MEMBER_DICT:
+        return True
+    if provenance.inst is PseudoInst.LOAD_ATTR and len(provenance.inputs) == 2:
+        name = provenance.inputs[1].value
+        return name in ("__dict__", "__globals__") or name in MODULE_MEMBER_DICT_ATTRS
+    return False
+
+
+def _note_mutation(method: str, args: tuple, kwargs: dict) -> None:
+    mutated = getattr(_mutated, "containers", None)
+    if mutated is None or not args:
+        return
+    wrapped = args[0]
+    if getattr(wrapped, "original_value", None) is not getattr(wrapped, "nothing", True):
+        return  # not a WrappedValue, or one thunder proxied (it records its changes itself)
+    container = wrapped.value
+    if not isinstance(container, (list, collections.deque, dict, set)):
+        return
+    record = mutated.get(id(container))
+    if record is None:
+        if not _made_outside(wrapped.provenance) or (isinstance(container, dict) and _is_attribute_namespace(wrapped)):
+            return
+        if isinstance(container, dict):
+            before: Any = dict(container)
+        elif isinstance(container, set):
+            before = {id(e): e for e in container}
+        else:
+            before = list(container)
+        record = mutated[id(container)] = _Mutated(container, before, method, _user_location())
+    if record.with_proxy is None and any(_holds_proxy(unwrap(a)) for a in (*args[1:], *kwargs.values())):
+        record.with_proxy = (method, _user_location())
+
+
+def _warn_changes_made_once(records: Any) -> None:
+    """A list or deque the function did not create, grown or shrunk with values that are not proxies by the
+    user's own code (not a library's; not thunder's tests counting their traces): thunder made the change
+    while tracing, and later (cached) calls skip it, where each eager call changes the length again. Kept as
+    stock thunder does it (code that relies on it still runs), with a warning naming the method and the
+    line. Dicts and sets are left alone: their usual changes (a memo filled once) repeat to the same state."""
+    from thunderplug.plugin_api.notices import ThunderplugWarning
+
+    for record in records:
+        grown_or_shrunk = isinstance(record.container, (list, collections.deque)) and len(record.container) != len(
+            record.before
+        )
+        if not grown_or_shrunk or not record.location or _in_a_library(record.location):
+            continue
+        kind = type(record.container).__name__
+        warnings.warn(
+            f"thunderplug: `{record.method}`{record.location} changes a {kind} that the jitted function did not "
+            f"create. thunder makes that change while tracing, on the first call only: later (cached) calls skip "
+            f"it, unlike eager. Return the value from the jitted function and change the {kind} outside it, or "
+            f"create the {kind} inside the function.",
+            ThunderplugWarning,
+            stacklevel=2,
+        )
+
+
+def _in_a_library(location: str) -> bool:
+    """Whether a user location (:func:`_user_location`'s `` at path:line``) is in the standard library or an
+    installed package."""
+    path = os.path.abspath(location[len(" at ") :].rsplit(":", 1)[0])
+    return path.startswith(_library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders, each ending in a separator."""
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[name]), "") for name in names})
+
+
+def _user_location() -> str:
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    try:
+        filename, positions = get_interpreterruntimectx().get_current_user_source_location()
+    except Exception:  # noqa: BLE001 - outside the interpreter there is no user location
+        return ""
+    return f" at {filename}:{positions.lineno}" if filename is not None and positions is not None else ""
+
+
+def noting_container_mutations(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``general_jit_lookaside`` (asked for every call the interpreter makes, just before it), noting
+    the containers the function did not create that a call of a mutating method (``list.append``,
+    ``dict.__setitem__``, ``set.add``, ...) is about to change, with their contents before the first change
+    (:func:`refusing_outside_container_mutations` decides at the end). Which function runs is thunder's."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        method = MUTATING_METHODS.get(id(fn))  # first: asked for every call the interpreter makes
+        if method is not None and active():
+            _note_mutation(method, args, kwargs)
+        return original(fn, *args, **kwargs)
+
+    return replacement
+
+
+def refusing_outside_container_mutations(
+    original: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """``thunder_general_jit`` (one interpretation of a jitted function) that refuses a function whose run
+    changed a container it did not create (an argument list or dict, a list attribute of an argument or of
+    the module, a global or closure list): thunder 0.2.6 changes the real container during tracing, so it
+    holds thunder's proxies after the first call, and replays nothing on later, cached calls (silently
+    wrong). When such a container ends up holding a proxy it did not hold (:meth:`_Mutated.refused`), the
+    containers the function changed are restored to their contents before it ran, and the compilation fails
+    with ``NotImplementedError`` naming the method, the container's type and the user's line. They are
+    restored also when the interpretation fails for another reason."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        outer = getattr(_mutated, "containers", None)
+        _mutated.containers = mutated = {}
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            for record in mutated.values():
+                record.restore()
+            raise
+        finally:
+            _mutated.containers = outer
+        refused = [record for record in mutated.values() if record.refused()]
+        if not refused:
+            _warn_changes_made_once(mutated.values())
+            return result
+        for record in mutated.values():
+            record.restore()
+        record = refused[0]
+        method, location = record.with_proxy or (record.method, record.location)
+        kind = type(record.container).__name__
+        raise NotImplementedError(
+            f"thunderplug: `{method}`{location} changes a {kind} that the jitted function did not create (an "
+            f"argument, an attribute or item of one, a global or a closure variable). thunder would leave its "
+            f"traced proxies in that {kind} on the first call and skip the change on every later (cached) "
+            f"call, so this function is not compiled (the {kind} is left as it was). Return the value from "
+            f"the jitted function and change the {kind} outside it (`out, item = jitted(x); "
+            f"container.append(item)`), or create the {kind} inside the function."
+        )
+
+    return replacement

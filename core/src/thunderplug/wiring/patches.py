@@ -1,0 +1,767 @@
+"""Every change thunderplug makes to thunder 0.2.6 beyond registering symbols and executors, as
+one table: :data:`PATCHES`. ``install()`` applies it (idempotent), ``uninstall()`` restores
+thunder exactly, ``installed()`` does both around a block. docs/patches.md is generated from the
+table (``python -m thunderplug.wiring.patches``), and a test checks it is.
+
+Each replacement is built from thunder's original and defers to it unless the compilation in
+progress uses ``discover()``'s executors, except the thunder bug fixes marked "always".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import KW_ONLY, dataclass
+from typing import Any
+
+import thunder
+import thunder.torch as ltorch
+import torch
+from thunder.core import interpreter, jit_ext, transform_common, update_aliases
+from thunder.core.codeutils import SigInfo
+from thunder.core.module import ThunderModule
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.transforms import backward_impls
+from thunder.executors import passes, torch_autograd
+from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
+from thunder.torch.experimental import dtensor_proxy
+from thunder.transforms import autocast as thunder_autocast
+from thunder.transforms import autodiff
+
+from thunderplug.eager import compile_branches, functorch_transforms, inplace_grads, output_grads
+from thunderplug.subclass import distributed, interception
+from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
+from thunderplug.subclass.values import subclass_flatten
+from thunderplug.thunder_compat import (
+    default_lookaside,
+    default_lookaside_map,
+    default_opcode_handler_map,
+    general_jit_lookaside_map,
+    interpret_call,
+    runs_called_function_itself,
+)
+from thunderplug.tracing import aten
+from thunderplug.wiring import fixes, sharing, speedups, thunderfx
+
+
+@dataclass(frozen=True)
+class Patch:
+    """``owner[key]`` (a dict) or ``owner.key`` (an object) replaced by ``make(original)``.
+
+    ``features`` are the modules (under ``thunderplug.``) whose code the replacement is, so that a thunder
+    upgrade knows whom to ask; ``saves`` is, for a patch that exists only for speed (or memory), what it
+    saves as measured and where that was measured, so that the upgrade knows what dropping it costs.
+    """
+
+    name: str
+    owner: Any
+    key: Any
+    make: Callable[[Any], Any]
+    active: str  # "discover() compilations" or "always"
+    why: str
+    _: KW_ONLY
+    features: tuple[str, ...]
+    saves: str = ""
+
+    def read(self) -> Any:
+        if isinstance(self.owner, dict):
+            if self.key in self.owner:
+                return self.owner[self.key]
+            return default_lookaside(self.key)
+        return self.owner.__dict__[self.key] if isinstance(self.owner, type) else getattr(self.owner, self.key)
+
+    def write(self, value: Any) -> None:
+        if isinstance(self.owner, dict):
+            self.owner[self.key] = value
+        else:
+            setattr(self.owner, self.key, value)
+
+    def restore(self, original: Any, had_key: bool) -> None:
+        if isinstance(self.owner, dict) and not had_key:
+            del self.owner[self.key]
+        else:
+            self.write(original)
+
+
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
+_LOOKASIDES = general_jit_lookaside_map()
+
+
+def _compiling_with_core() -> bool:
+    return active_core_executor() is not None
+
+
+#: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
+_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl)
+_discover_only_ids: set[int] = set()  # ids of those lookasides while installed
+
+
+def _hiding_discover_only_lookasides(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's lookaside lookup, answering ``None`` (thunder's answer without the entry: the function is
+    interpreted) for a lookaside of :data:`_DISCOVER_ONLY_LOOKASIDES` outside discover() compilations."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        found = original(fn, *args, **kwargs)
+        if found is not None and id(found) in _discover_only_ids and not _compiling_with_core():
+            return None
+        return found
+
+    return replacement
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "proxify", dtensor_proxy, "proxify_dtensor", interception.proxify, "discover() compilations",
+        "thunder creates input proxies through `proxies.proxy()`, whose only hook is its call of "
+        "`proxify_dtensor`: a traceable subclass input becomes a `SubclassTensorProxy` with prologue guards, "
+        "a plain tensor a guard that it is not a subclass.",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "Symbol.__call__", Symbol, "__call__", interception.symbol_call, "discover() compilations",
+        "a symbol called with a subclass proxy records the subclass op symbol instead (`TwoTensor.torch.mul`): "
+        "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules. "
+        "A `Tensor.to` that changes nothing returns the tensor itself, as in eager (thunder records a "
+        "`shallow_copy` whose gradients it sums apart: transformers' RMSNorm drifted by ulps).",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "subclass aliases", update_aliases, "_get_new_alias", interception.new_alias, "discover() compilations",
+        "thunder's alias updates after an in-place op give each alias a fresh plain `TensorProxy`; an alias of a "
+        "subclass value gets a subclass proxy, so that later ops on it stay subclass ops.",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "isinstance lookaside", _LOOKASIDES, isinstance, interception.isinstance_lookaside, "discover() compilations",
+        "`isinstance` answers with the real subclass for subclass proxies.",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "type.__call__ lookaside", _LOOKASIDES, type.__call__, interception.type_call, "discover() compilations",
+        "constructing a traceable subclass inside jitted code is traced on fakes (thunder would interpret "
+        "`__new__` and fail on `Unknown attribute stride`).",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY,
+        lambda original: interception.function_apply(
+            fixes.function_apply_outer_grad_mode(original, lambda: active_core_executor() is not None)
+        ),
+        "discover() compilations",
+        "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes. "
+        "thunder bug: a Function whose forward computes its result under `no_grad` returns it tagged detached, so "
+        "its backward is never called (no gradient for its inputs, silently): the output is detached only if grad "
+        "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`.",
+        features=("subclass.interception", "wiring.fixes"),
+    ),
+    Patch(
+        "tensor method calls", _LOOKASIDES, functools.partial.__call__,
+        lambda original: speedups.method_calls_without_interpretation(
+            original, lambda: active_core_executor() is not None
+        ),
+        "discover() compilations",
+        "a tensor method call in jitted code (`x.t()`, `x.transpose(1, 2)`) calls a `functools.partial` of thunder's "
+        "method function, which thunder interprets line by line (~60,000 Python calls for a symbol, ~330,000 for a "
+        "DTensor dispatch wrapper) while it calls the same function opaquely for `torch.t(x)`: the partial's function "
+        "(for the wrapper, the symbol it picks) is called through the interpreter directly.",
+        features=("wiring.speedups",),
+        saves="2-layer float8 GPT first step 33.3M -> 28.0M Python calls (commit 2e2b316)",
+    ),
+    Patch(
+        "builtins lookups", interpreter, "globals_lookup",
+        lambda original: speedups.builtins_without_interpretation(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "a builtin named in interpreted code (`hasattr`, `len`, ...; thunder's own helpers for `in`, `len()`, "
+        "`bool()` and `nn.Module.__getattr__` use them) is looked up by interpreting `globals['__builtins__'][name]` "
+        "as two lambdas and their two subscripts (~4,000 Python calls each time, ~40% of interpreting a float8 GPT): "
+        "the lookaside those frames end in is called on the same wrapped dicts directly.",
+        features=("wiring.speedups",),
+        saves="2-layer float8 GPT first call 6.4 s -> 4.1 s, profiler events 56.4M -> 34.2M (commit ed44726)",
+    ),
+    *(
+        Patch(
+            f"{builtin.__name__}() of builtin values", default_lookaside_map(), builtin,
+            functools.partial(speedups.container_sizes_without_interpretation, builtin, active=_compiling_with_core),
+            "discover() compilations",
+            f"`{builtin.__name__}(x)` of a builtin container (or None or a number) is two interpreted helper frames "
+            "(`getattr(type(x), '__bool__', object())`, `hasattr`, `len`'s own) that end in the type's `__len__` "
+            "(`__bool__`): `nn.Module.__call__` asks `bool()` of eight hook dicts per module call. That method is "
+            "called through the interpreter directly (thunder's provenance-tracking one for dicts, lists, tuples).",
+            features=("wiring.speedups",),
+            saves="with `in` and subscripts below: 43% fewer Python calls interpreting a float8 GPT block "
+            "(commit eda11bc)",
+        )
+        for builtin in (bool, len)
+    ),
+    Patch(
+        "in of dicts and sets", default_opcode_handler_map(), "CONTAINS_OP",
+        lambda original: speedups.membership_tests_without_interpretation(original, _compiling_with_core),
+        "discover() compilations",
+        "`k in d` is an interpreted helper frame (`hasattr`, `getattr(d, '__contains__')(k)`); for a dict or set "
+        "that `__contains__` is called through the interpreter directly (thunder's provenance-tracking one for "
+        "dicts, which tracks the dict's items as before).",
+        features=("wiring.speedups",),
+        saves="with bool()/len() and subscripts: 43% fewer Python calls interpreting a float8 GPT block "
+        "(commit eda11bc)",
+    ),
+    Patch(
+        "subscripts of dicts, lists, tuples", default_opcode_handler_map(), "BINARY_SUBSCR",
+        lambda original: speedups.subscripts_without_interpretation(original, _compiling_with_core),
+        "discover() compilations",
+        "`c[i]` is an interpreted helper frame (`c.__getitem__(i)`); for a dict, list or tuple thunder's "
+        "provenance-tracking `__getitem__` is called through the interpreter directly: the same wrapped item.",
+        features=("wiring.speedups",),
+        saves="with bool()/len() and `in`: 43% fewer Python calls interpreting a float8 GPT block (commit eda11bc)",
+    ),
+    Patch(
+        "module calls without hook checks", _LOOKASIDES, torch.nn.Module._wrapped_call_impl,
+        speedups.module_calls_without_hook_checks, "discover() compilations",
+        "calling a submodule interprets torch's `Module.__call__` (the compiled-call and tracing checks, eight hook "
+        "tables, then `forward_call(*args, **kwargs)`): for a module without hooks (its own or global), not "
+        "`Module.compile`d and not under TorchScript tracing, that only calls `self.forward`, which is read and "
+        "called through the interpreter directly; other modules' calls are interpreted as before.",
+        features=("wiring.speedups",),
+        saves="24% fewer Python calls interpreting a float8 GPT block (commit 322c784)",
+    ),
+    Patch(
+        "one disassembly per code object", interpreter, "dis",
+        lambda original: speedups.DisassemblyOnce(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder's interpreter disassembles a function's code (`dis.get_instructions`) every time it runs a frame "
+        "of it (~7% of a float8 GPT's first call): its `dis` keeps each live code object's instructions.",
+        features=("wiring.speedups",),
+        saves="2-layer float8 GPT first call: profiler events 34.2M -> 32.2M (commit 99e60f9)",
+    ),
+    Patch(
+        "autograd link tensors", torch_autograd, "torch", speedups.MetaRandnAsEmpty,
+        "always (a meta tensor has no values to differ)",
+        "thunder links the two autograd Functions of each compiled call by a one-element meta tensor made with "
+        "`torch.randn` (in the forward and in the backward), which torch makes through its Python reference "
+        "implementation (~0.1-0.5 ms each): a model whose repeated blocks are regions paid ~1 ms per block step, "
+        "the gap to its one-trace step. Such meta tensors are made with `torch.empty` (same shape, dtype, device, "
+        "`requires_grad`; no generator is drawn from on meta).",
+        features=("wiring.speedups",),
+        saves="~1 ms per region step of a model with repeated blocks, the regions step's gap to the one-trace step "
+        "(commit 1cb59b8)",
+    ),
+    Patch(
+        "ThunderModule.__init__", ThunderModule, "__init__", distributed.thunder_module_init,
+        "discover() compilations; FSDP2 hooks: always",
+        "thunder copies a module's parameters when jitting it, so a block jitted before `fully_shard` trains the "
+        "full copies, not FSDP2's sharded parameters (silently): parameters nobody overrode are read through to "
+        "the module. `thunder.jit(fully_shard(block))` fails tracing FSDP2's hooks: they are moved onto the "
+        "ThunderModule and run eagerly, as under torch.compile. `thunder.jit(DDP(model))` and `thunder.jit(root)` "
+        "with `fully_shard` blocks inside (stock: refused / fails tracing the hooks) run the root eagerly with each "
+        "block compiled as a region (thunderplug.caching.regions); "
+        "so does `thunder.jit(model)` of a model with repeated "
+        "blocks (stock: every block traced and compiled again), whose blocks of one structure share one compilation.",
+        features=("subclass.distributed", "caching.regions"),
+    ),
+    Patch(
+        "TensorProxy.dtype lookaside", _LOOKASIDES, TensorProxy.dtype.fget, interception.dtype_property,
+        "discover() compilations",
+        "`x.dtype` in user code is a torch dtype, as in eager (thunder's dtypes compare unequal to torch's, so "
+        "`x.dtype == torch.float32` is False under stock thunder).",
+        features=("subclass.interception",),
+    ),
+    Patch(
+        "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling,
+        compile_branches.is_compiling_lookaside(_compiling_with_core), "discover() compilations",
+        "`torch.compiler.is_compiling()` is False inside jitted code (eager's branch), except inside a function "
+        "whose eager branch went on to read a tensor's value: True there (thunder answers True everywhere). "
+        "torchao's compiling branches assume Inductor's code (`to_mx` drops its clamp before the float8 cast, "
+        "which saturates only in Inductor), so only eager's branch gives eager's values; transformers' compiling "
+        "branches compute the same values without reading tensors, which a trace cannot "
+        "(`thunderplug.eager.compile_branches`).",
+        features=("eager.compile_branches",),
+    ),
+    Patch(
+        "TensorProxy.__bool__ lookaside", _LOOKASIDES, TensorProxy.__bool__,
+        compile_branches.value_read_lookaside(TensorProxy.__bool__, _compiling_with_core), "discover() compilations",
+        "a branch on a tensor's value notes which function asked `is_compiling()` before it (that function is "
+        "interpreted again with True), and thunder's data-dependency error names the user's function and line "
+        "and what to do.",
+        features=("eager.compile_branches",),
+    ),
+    Patch(
+        "functorch levels and modes left on failure", thunder, "thunder_general_jit",
+        lambda original: functorch_transforms.levels_left_on_failure(original, _compiling_with_core),
+        "discover() compilations",
+        "a jitted function that fails inside a functorch transform (stock thunder interprets `torch.vmap`, enters "
+        "a level, then fails on a proxy) or inside a `with` block of a TorchFunctionMode (thunder enters it for "
+        "real) leaves the process inside it, and eager code run next fails: every level and mode a failed "
+        "interpretation entered is left. Notes which modes were entered before the function (not its own).",
+        features=("eager.functorch_transforms",),
+    ),
+    Patch(
+        "changes to containers the function did not create refused", thunder, "thunder_general_jit",
+        lambda original: fixes.refusing_outside_container_mutations(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: a jitted function that changes a container it did not create (`lst.append(x)` on an argument "
+        "list, `box.items.append(x)`, `box.d[\"k\"] = y`, a global or module attribute list, `set.add`) changes "
+        "the real container while tracing, so it holds thunder's proxies after the first call, and later (cached) "
+        "calls change nothing (silently wrong). Such a compilation fails with `NotImplementedError` naming the "
+        "method, the container's type and the user's line, and the containers are restored, when the container "
+        "ends up holding a proxy it did not hold (an element, key or value that is or holds one). A container "
+        "changed with other values only (`logging`'s and `re`'s memo dicts, a list a test appends to while tracing) "
+        "is left as thunder leaves it, with a `ThunderplugWarning` naming the method and the line when the user's "
+        "own code (not the standard library's or an installed package's) grew or shrank a list or deque (the "
+        "change a later call skips where eager makes it again); so are containers the function creates and the "
+        "attribute tables thunder records itself (`__dict__`, a module's `_buffers`).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "hooks of failed interpretations removed", thunder, "thunder_general_jit",
+        lambda original: fixes.removing_hooks_of_failed_interpretations(original, _compiling_with_core),
+        "discover() compilations",
+        "module hooks that jitted code registered (see the hook registration lookasides) are removed when the "
+        "interpretation that registered them fails, so a retried interpretation does not register them twice and "
+        "a failed compilation leaves none.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "is_compiling retries", thunder, "thunder_general_jit",
+        compile_branches.interpreted_with_retries(_compiling_with_core), "discover() compilations",
+        "the interpretation of a jitted function is repeated when an `is_compiling()` answer of False led to a "
+        "tensor's value being read, with the function that asked answered True (once per function and process; "
+        "at most 8 per compilation).",
+        features=("eager.compile_branches",),
+    ),
+    Patch(
+        "torch.vmap lookaside", _LOOKASIDES, torch.vmap,
+        functorch_transforms.vmap_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        "`torch.vmap(f, ...)` returns a `Vmapped`, whose call is one op that runs torch's vmap on the real tensors "
+        "(thunder interprets functorch's code, enters a level, then fails on a proxy).",
+        features=("eager.functorch_transforms",),
+    ),
+    Patch(
+        "Vmapped call lookaside", _LOOKASIDES, functorch_transforms.Vmapped.__call__,
+        functorch_transforms.call_lookaside(interpret_call, _compiling_with_core), "discover() compilations",
+        "calling a `Vmapped` records `functorch_vmap`: its inputs are the call's tensors and those the function "
+        "captures (closures, nested vmaps), its outputs' metadata comes from the same vmap on FakeTensors, and the "
+        "TorchFunctionModes the function entered around the call are entered around it at run time; its gradient "
+        "is `torch.func.vjp` of the same vmap at run time. Refused, with the user's line, for tensor subclass values.",
+        features=("eager.functorch_transforms",),
+    ),
+    *(
+        Patch(
+            f"{name} lookaside", _LOOKASIDES, transform,
+            functorch_transforms.refusal(name, interpret_call, _compiling_with_core), "discover() compilations",
+            "functorch transforms other than `torch.vmap` are refused where they are called, with the user's line "
+            "and what to do, before any functorch level is entered (thunder cannot trace them).",
+            features=("eager.functorch_transforms",),
+        )
+        for name, transform in functorch_transforms.TRANSFORMS.items()
+        if name != "torch.vmap"
+    ),
+    Patch(
+        "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
+        "discover() compilations",
+        "thunderfx: thunder's splitter cannot flatten tensor-subclass example values; a Dynamo graph with "
+        "subclass inputs and thunderplug's executors is compiled whole by `thunder.jit` instead.",
+        features=("wiring.thunderfx",),
+    ),
+    Patch(
+        "full GCs deferred while compiling", thunder, "_with_cache_info_ctx",
+        lambda original: speedups.deferred_full_collections_while_compiling(
+            original, uses_core_executor, drop_kept_decompositions
+        ),
+        "discover() compilations",
+        "a compilation keeps nearly everything it allocates until it ends, so the collector's full collections "
+        "(each over the whole heap) run repeatedly for nothing (~1 s of a 2-layer GPT's first call): during "
+        "thunder's `get_computation_and_inputs` of functions jitted with thunderplug's executors only young "
+        "collections run; the threshold is restored afterwards. When it compiled, the traces kept in "
+        "`thunder.last_traces` drop the decompositions (prims) of the ATen ops inside subclass ops, which nothing "
+        "runs or prints (a 2-layer float8 GPT's kept traces: 4.9 MiB of 18).",
+        features=("wiring.speedups",),
+        saves="~1 s of full collections per first call, peak RSS unchanged (commit 1699050)",
+    ),
+    Patch(
+        "interrupts leave tracing as themselves", jit_ext, "interpret", fixes.interpret_letting_interrupts_through,
+        "always",
+        "thunder bug: the interpreter wraps a `KeyboardInterrupt` or `SystemExit` raised while a function is traced "
+        "(Ctrl-C during a compilation, `sys.exit()` in it) in an `InterpreterError`, which `except KeyboardInterrupt` "
+        "does not catch: exceptions that are not `Exception`s are re-raised as themselves.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "autocast state per call", thunder, "_with_cache_info_ctx", fixes.autocast_state_per_call, "always",
+        "thunder bug: each call under `torch.autocast` pushes the caller's autocast onto the jitted function's "
+        "autocast stack and never pops it, so every later compilation of the function applies autocast (a plain "
+        "call after an autocast one returns bfloat16) and the stack grows per call: it is restored after each call.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "autocast rules flag per thread", thunder_autocast, "is_autocast_enabled",
+        lambda original: fixes.autocast_rules_enabled, "always",
+        "thunder bug: whether autocast rules apply is a process-wide flag that each rule turns off and back on; "
+        "compilations in two threads interleave and can leave it off for good (every later compilation under "
+        "`torch.autocast` ignores it, stock `thunder.jit` too): the flag is per thread.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "autocast rules disabled per thread", thunder_autocast, "disable_autocast",
+        lambda original: fixes.autocast_rules_disabled, "always",
+        "turns the per-thread flag of \"autocast rules flag per thread\" off around a rule (thunder's own autocast "
+        "rules and thunderplug's unrolled subclass graphs, whose casts are already in them).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "one compilation per module structure", thunder, "_with_cache_info_ctx",
+        lambda original: sharing.shared_compilations(original, uses_core_executor),
+        "discover() compilations of modules without thunder transforms",
+        "thunder compiles each jitted module on its own, so `thunder.jit(block)` on each of a model's identical "
+        "blocks compiles the same program once per block (~1.6 s each for a float8 GPT block). thunder's prologue "
+        "reads the module from its globals and its parameters through it, and the computation only sees what the "
+        "prologue returns: a module's new compilation is offered to the modules of the same structure (classes, "
+        "attribute values, parameter metadata and aliasing, jit options: "
+        "`thunderplug.caching.reuse.structure_of`), which "
+        "append it to their own cache with the prologue rebound to themselves; its guards decide as for their own "
+        "entries, and a miss compiles as before.",
+        features=("wiring.sharing", "caching.reuse"),
+        saves="4-layer float8 GPT, per block: blocks 2-4 first call 0.15 s each instead of ~1.4 s (commit b7c655a)",
+    ),
+    Patch(
+        "Module.__getattr__ lookaside", _LOOKASIDES, torch.nn.Module.__getattr__,
+        sharing.module_getattr_lookaside(interpret_call), "discover() compilations",
+        "torch's `nn.Module.__getattr__` (a submodule, parameter or buffer read as an attribute) asks "
+        "`\"_parameters\" in self.__dict__`, for which thunder's interpreter tracks every item of the module's "
+        "`__dict__`: the prologue then checks every number and string attribute of the module, read or not (a "
+        "`Linear`'s `in_features`, transformers' `layer_idx`), and blocks that differ only there cannot share a "
+        "compilation. The tables are read by subscript, which tracks only what it reads; the rest is torch's code.",
+        features=("wiring.sharing", "caching.reuse"),
+    ),
+    Patch(
+        "one signature per meta", Symbol, "normalize",
+        lambda original: speedups.normalize_with_signature_once(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "`Symbol.normalize` (every bound symbol made) recomputes `inspect.signature` of the symbol's meta at each "
+        "call: it is computed once per meta function while that lives; binding is `inspect`'s, as in thunder.",
+        features=("wiring.speedups",),
+        saves="0.04 s of a float8 GPT's first call (docs/benchmarks.md, issue 26's targets; commit 4992de7)",
+    ),
+    Patch(
+        "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
+        lambda original: speedups.remove_noop_subsymbols(
+            original, lambda: active_core_executor() is not None, aten.is_registered_symbol
+        ),
+        "discover() compilations",
+        "thunder's `dce` prunes no-op subsymbols asking, per subsymbol, whether the parent's whole subtree is "
+        "tagged `DONT_DCE`: quadratic on the deep subsymbol trees of unrolled subclass ops; asked once per parent. "
+        "An ATen op without subsymbols is kept: replays copy ATen ops that an operator executor runs as "
+        "themselves without their decompositions (thunder would take them for no-ops).",
+        features=("wiring.speedups",),
+        saves="not measured alone (commit 3fa573b: one question per parent instead of one per subsymbol, quadratic on "
+        "unrolled subclass ops)",
+    ),
+    Patch(
+        "proxy swaps share unchanged subtrees", BoundSymbol, "from_bsym_swap_proxies",
+        lambda original: speedups.swap_proxies_sharing_subtrees(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "every bound symbol a trace-substitution pass (autodiff, each claiming pass) keeps is copied with its whole "
+        "subsymbol tree once anything is swapped; the unrolled subclass ops' deep trees made these copies most of a "
+        "compilation's transient memory: only the subsymbols in which a proxy is swapped are copied, the rest "
+        "shared (as thunder shares all of them when nothing is swapped).",
+        features=("wiring.speedups",),
+        saves="memory: a claiming pass over the 2-layer float8 GPT's joint trace keeps 0.8 MiB instead of 3.8, no "
+        "slower (commit 47188c1)",
+    ),
+    Patch(
+        "claims bound directly", passes, "_transform_for_operator_executor_execution",
+        lambda original: speedups.direct_operator_claims(original, lambda: active_core_executor() is not None),
+        "discover() compilations without thunder transforms",
+        "thunder's claiming pass (five per compilation) hands a bound symbol to an operator executor by calling "
+        "the operator again: its meta re-runs and its outputs become new proxies (~10% of a 2-layer float8 GPT's "
+        "first call, mostly unrolled ATen ops and torch ops), and every later bound symbol is then copied to swap "
+        "in those proxies. Before thunder's pass, they are bound to the operator with their own outputs (an "
+        "execution transform's outputs are renamed to them); thunder's pass does the rest.",
+        features=("wiring.speedups",),
+        saves="claims of a 2-layer float8 GPT: 0.84 s -> 0.23 s (commit 7db14d4)",
+    ),
+    Patch(
+        "grad_transform_on_trace", autodiff, "grad_transform_on_trace",
+        lambda original: inplace_grads.keeping_gradient_identity(
+            output_grads.marking_outputs(
+                original, lambda: active_core_executor() is not None, cuts=lambda bsym: bsym.sym == subclass_flatten
+            ),
+            lambda: active_core_executor() is not None,
+        ),
+        "discover() compilations",
+        "thunder marks every output of a function with autograd differentiable; eager does not (`y.cos()` of an "
+        "input without grad, a value computed under `no_grad`, an inner tensor read from a subclass). Which outputs "
+        "an input requiring grad reaches is read from the trace before autodiff, whose `no_grad` tags are right "
+        "(autodiff re-traces ops under the grad mode the function ends in), and those outputs are flagged in the "
+        "joint trace (`mark_non_differentiable`).",
+        features=("eager.output_grads", "eager.inplace_grads"),
+    ),
+    Patch(
+        "ThunderOutputFunction.forward", ThunderOutputFunction, "forward", output_grads.autograd_forward,
+        "always (acts only on outputs a discover() trace flagged)",
+        "outputs that no input requiring grad reaches do not require grad, as in eager (thunder marks every "
+        "output differentiable): the forward trace flags them (`mark_non_differentiable`), the Function passes "
+        "them to `ctx.mark_non_differentiable`.",
+        features=("eager.output_grads",),
+    ),
+    Patch(
+        "ThunderFunction.forward", ThunderFunction, "forward", output_grads.autograd_forward,
+        "always (acts only on outputs a discover() trace flagged)",
+        "the same for thunder's unsplit autograd Function (thunderfx's `thunderfx_disable_split_autograd`).",
+        features=("eager.output_grads",),
+    ),
+    Patch(
+        "SigInfo.from_name_and_args", SigInfo, "from_name_and_args", fixes.siginfo_from_name_and_args, "always",
+        "thunder bug: an autograd.Function argument thunder cannot proxy (a config object) crashes tracing; "
+        "it is named as a constant instead.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "autograd_function_apply lookaside", _LOOKASIDES, torch.ops.higher_order.autograd_function_apply,
+        fixes.autograd_function_apply, "always",
+        "thunder bug: `non_differentiable_idx` is ignored; the outputs it lists are detached, as in eager.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "general_jit_lookaside", jit_ext, "general_jit_lookaside",
+        lambda original: fixes.general_jit_lookaside(original, runs_called_function_itself, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: thunder's jit iterates every sequence argument of every call to look for tensors, outside "
+        "the interpreter; a user-defined `Sequence` runs its `__iter__` then, even as `self` of its `__init__` "
+        "(transformers' `_PerLayerConfigView` fails every HF model): only functions thunder runs itself are "
+        "shown such arguments.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "container changes noted", jit_ext, "general_jit_lookaside",
+        lambda original: fixes.noting_container_mutations(original, _compiling_with_core),
+        "discover() compilations",
+        "before each call of a method that changes a list, deque, dict or set (`append`, `__setitem__`, `add`, ...) "
+        "on a container the function did not create, its contents are noted (for the refusal of changes to "
+        "containers the function did not create); thunder's lookaside is returned unchanged.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "lookasides of discover() only", jit_ext, "general_jit_lookaside",
+        _hiding_discover_only_lookasides, "compilations without discover()",
+        "the lookasides this table adds for Python functions thunder interprets (`nn.Module.__getattr__`, "
+        "`nn.Module.__call__`) are not seen by other compilations, which interpret those functions exactly as "
+        "before (interpreting a copy instead would give the module's globals another provenance, and stock "
+        "thunder's prologue other guards).",
+        features=("wiring.patches",),
+    ),
+    Patch(
+        "torch.cat lookaside", _LOOKASIDES, torch.cat,
+        lambda original: fixes.cat_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: eager `torch.cat` skips 1-D empty tensors (`torch.tensor([])`, which transformers' "
+        "dynamic KV cache starts from) that lack the concatenated dimension; thunder fails on them.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "mark_static_address lookaside", _LOOKASIDES, torch._dynamo.mark_static_address,
+        lambda original: fixes.mark_static_address_lookaside(original, _compiling_with_core),
+        "discover() compilations",
+        "`torch._dynamo.mark_static_address` (a tag only Dynamo reads; transformers' `StaticCache` calls it when "
+        "the first forward allocates the cache) does nothing: thunder failed replaying the tag onto a tensor input.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,
+        lambda original: fixes.sdpa_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder's symbol lacks `enable_gqa` (transformers passes it for grouped-query attention): key and value "
+        "heads are repeated to the query's, which is what eager computes (bit-identical on CPU).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "process_recorded_modifications", jit_ext, "process_recorded_modifications",
+        lambda original: fixes.process_recorded_modifications(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: writes to the buffers of a module the function constructs itself (transformers' "
+        "`BertForMaskedLM` builds `CrossEntropyLoss()` in its forward) are replayed after the computation and "
+        "fail; objects made inside the function are left out. thunder bug: attributes written on the module "
+        "`thunder.jit` was given (`self.flag = True` in its forward; transformers' "
+        "`_output_capturing_hooks_installed`) were dropped, silently: they are replayed onto it. thunder bug: a "
+        "dtype or string written to an attribute of an object the function did not create (transformers 4.57's "
+        "`StaticCache` allocated in the first compiled call) failed with `AssertionError`: such writes are replayed "
+        "as torch values; a value thunder cannot replay (a function: transformers 4.57's wrapped `forward`) is "
+        "refused with `NotImplementedError` naming the attribute (`self.model.layers[0].forward`).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "unpack_inputs", jit_ext, "unpack_inputs",
+        lambda original: fixes.hooks_read_from_the_module(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the prologue read the jitted module's hook tables through its ThunderModule, whose own are "
+        "empty: a hook whose code the prologue guards (it reads a global or a closure cell: transformers 5's "
+        "output-capturing hooks, a hook appending to a list) failed every call with `KeyError`. They are read from "
+        "the module, whose hooks the program ran.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
+        lambda original: fixes.object_setattr_lookaside(original, _compiling_with_core), "discover() compilations",
+        "thunder bugs: of the attributes a function writes on an object it did not create, only the first one "
+        "written reaches the object after the call (thunder swaps the object's recorded `__dict__` for a copy at "
+        "the first write and records none of the later ones): transformers' `StaticCache` allocated in the first "
+        "compiled call kept `device` and lost its key and value tensors, so each later token got an empty cache "
+        "(wrong tokens, silently); every write is recorded and replayed. An object the function creates and "
+        "returns is rebuilt from the values its attributes had when first read, not from later writes "
+        "(transformers' `ModelOutput` returned `hidden_states=None` under `output_hidden_states=True`): a write "
+        "replaces the value thunder keeps.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "ThunderModule.__getattr__", ThunderModule, "__getattr__",
+        lambda original: fixes.thunder_module_getattr(
+            original, lambda module: uses_core_executor(thunder.compile_data(module))
+        ),
+        "discover() ThunderModules",
+        "a method of the model that the ThunderModule lacks (transformers' `generate`) is found on the original "
+        "module, so `thunder.jit(model).generate(...)` ran the model uncompiled (its `self(...)` is the original "
+        "module): it is bound to a view of the model (a subclass sharing the model's `__dict__`) whose call and "
+        "`forward` are the ThunderModule's, so every call it makes is compiled.",
+        features=("wiring.fixes",),
+    ),
+    *(
+        Patch(
+            f"{method.__name__} lookaside", _LOOKASIDES, method,
+            fixes.hook_registration_lookaside(method, interpret_call, _compiling_with_core), "discover() compilations",
+            "a module hook registered inside jitted code (transformers 5 installs its output-capturing hooks in the "
+            "first call with `output_hidden_states=True`) is registered for real, as in eager: thunder interpreted "
+            "the registration and its prologue guarded on torch's hook-handle counter, which the registration "
+            "advances, so the call failed (`Expected 8 to be equal to and have the type of 4`).",
+            features=("wiring.fixes",),
+        )
+        for method in fixes.HOOK_REGISTRATIONS
+    ),
+    Patch(
+        "index_put backward", backward_impls, "torch.index_put",
+        lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: `torch.index_put`'s gradients are matched with the wrong arguments, so `values` silently "
+        "gets none; they are returned in the arguments' places.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "cross_entropy label smoothing", ltorch, "_cross_entropy_loss_label_smoothing",
+        lambda original: fixes.cross_entropy_label_smoothing(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: `F.cross_entropy` with `label_smoothing` divides the unmasked smoothing term by the targets "
+        "kept, so a mean loss with `ignore_index` hit is silently wrong; with class weights it squeezes every unit "
+        "dim. ATen's composition instead (its `nll_loss` part runs eager's kernels, `eager_kernels`).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
+        "thunder bug: the augmented forward of an autograd.Function is a fresh trace that knows none of its ops' "
+        "names, so alias updates for its in-place ops can reuse one (`Variable t5 is being overwritten`); the "
+        "trace's names are reserved first.",
+        features=("wiring.fixes",),
+    ),
+)
+
+_originals: dict[str, tuple[Any, bool]] = {}
+_lock = threading.Lock()
+
+
+def install() -> None:
+    """Apply every patch once per process (idempotent, thread-safe)."""
+    with _lock:
+        if _originals:
+            return
+        for patch in PATCHES:
+            had_key = not isinstance(patch.owner, dict) or patch.key in patch.owner
+            original = patch.read()
+            _originals[patch.name] = (original, had_key)
+            patch.write(patch.make(original.__func__ if isinstance(original, staticmethod) else original))
+        _discover_only_ids.update(id(_LOOKASIDES[fn]) for fn in _DISCOVER_ONLY_LOOKASIDES)
+
+
+def uninstall() -> None:
+    """Restore thunder exactly as it was before :func:`install`."""
+    with _lock:
+        _discover_only_ids.clear()
+        for patch in reversed(PATCHES):
+            if patch.name in _originals:
+                patch.restore(*_originals.pop(patch.name))
+
+
+def is_installed() -> bool:
+    return bool(_originals)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """The patches for the duration of a block (restored afterwards if this block installed them)."""
+    was_installed = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was_installed:
+            uninstall()
+
+
+@contextlib.contextmanager
+def recording_jitted_functions() -> Iterator[list]:
+    """``thunder.jit`` wrapped to collect the functions a script compiles (``thunderplug explain``);
+    only inside this block."""
+    import thunder
+
+    recorded: list = []
+    original = thunder.jit
+
+    def jit(*args: Any, **kwargs: Any) -> Any:
+        jitted = original(*args, **kwargs)
+        recorded.append(jitted)
+        return jitted
+
+    thunder.jit = jit
+    try:
+        yield recorded
+    finally:
+        thunder.jit = original
+
+
+def markdown() -> str:
+    """docs/patches.md, generated from :data:`PATCHES`."""
+    lines = [
+        "# Patches of thunder 0.2.6",
+        "",
+        "Generated by `python -m thunderplug.wiring.patches` from `PATCHES` in",
+        "`core/src/thunderplug/wiring/patches.py`; do not edit by hand. Everything else thunderplug does",
+        "is registration (symbols, executors, grad rules, lookasides of its own executor). `install()` applies",
+        "the table (done by `discover()`), `uninstall()` restores thunder exactly, `installed()` is the context",
+        "manager. Private thunder names are read only in `thunderplug.thunder_compat`. \"owned by\" names the",
+        "modules (under `thunderplug.`) whose code each replacement is; \"saves\" is filled in for the patches",
+        "that exist only for speed or memory: what each saves, measured (with where), or that it was not, so",
+        "that a thunder upgrade knows what dropping one costs.",
+        "",
+        "| patch | replaces | active in | owned by | why | saves |",
+        "|---|---|---|---|---|---|",
+    ]
+    for patch in PATCHES:
+        owners = ", ".join(f"`{feature}`" for feature in patch.features)
+        lines.append(f"| {patch.name} | `{_where(patch)}` | {patch.active} | {owners} | {patch.why} | {patch.saves} |")
+    return "\n".join(lines) + "\n"
+
+
+_TABLE_NAMES = {
+    id(_LOOKASIDES): "thunder.core.jit_ext._general_jit_lookaside_map",
+    id(default_lookaside_map()): "thunder.core.default_lookaside_map()",
+    id(default_opcode_handler_map()): "thunder.core.default_opcode_handler_map()",
+    id(backward_impls): "thunder.core.transforms.backward_impls",
+}
+
+
+def _where(patch: Patch) -> str:
+    if isinstance(patch.owner, dict):
+        key = patch.key
+        name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None) or repr(key)
+        return f"{_TABLE_NAMES[id(patch.owner)]}[{name}]"
+    owner = getattr(patch.owner, "__qualname__", None) or patch.owner.__name__
+    return f"{getattr(patch.owner, '__module__', '') + '.' if isinstance(patch.owner, type) else ''}{owner}.{patch.key}"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
