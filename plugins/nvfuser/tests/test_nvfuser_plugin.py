@@ -1,4 +1,5 @@
-"""nvFuser where CUDA and nvFuser exist; the float8-free torch.compile fuser as the CPU fallback."""
+"""nvFuser where CUDA and nvFuser exist; the float8-free torch.compile fuser as the CPU fallback
+(the CUDA path without nvFuser: test_cuda_regions.py)."""
 
 import pytest
 import thunder
@@ -35,7 +36,7 @@ def test_one_entry_point_each_executor_says_whether_it_runs_here(monkeypatch):
     monkeypatch.delenv("THUNDERPLUG_CPU_FUSION", raising=False)
     off = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser"]
     assert off.status is Status.UNAVAILABLE
-    assert set(off.unavailable_executors) == {"nvfuser", "torchcompile_no_fp8"}
+    assert set(off.unavailable_executors) == {"nvfuser", "torchcompile_cuda", "torchcompile_no_fp8"}
     assert "THUNDERPLUG_CPU_FUSION" in off.unavailable_executors["torchcompile_no_fp8"]
     assert hooks.nvfuser_unavailable_reason() in off.reason
 
@@ -44,7 +45,7 @@ def test_one_entry_point_each_executor_says_whether_it_runs_here(monkeypatch):
     assert (on.status, on.executors, list(on.unavailable_executors)) == (
         Status.ACTIVE,
         ["torchcompile_no_fp8"],
-        ["nvfuser"],
+        ["nvfuser", "torchcompile_cuda"],
     )
     names = [ex.name for ex in thunderplug.discover(host=PluginHost(environ={}))]
     assert names.index("torchcompile_no_fp8") < names.index("aten")

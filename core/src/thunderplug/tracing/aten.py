@@ -433,7 +433,7 @@ def runner(overload: OpOverload) -> Callable[..., Any]:
         return overload
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        return overload(*tree_map(to_torch_value, args), **tree_map(to_torch_value, kwargs))
+        return overload(*torch_pytree.tree_map(to_torch_value, args), **torch_pytree.tree_map(to_torch_value, kwargs))
 
     return run
 

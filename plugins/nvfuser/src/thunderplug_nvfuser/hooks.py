@@ -1,7 +1,10 @@
 """Entry point of the nvFuser plugin: one fusion executor for whichever machine this is.
 
 * ``nvfuser``: thunder's nvFuser executor, where CUDA and nvFuser are present;
-* ``torchcompile_no_fp8``: elsewhere, thunder's torch.compile fuser with float8 operations kept
+* ``torchcompile_cuda``: where CUDA is present and nvFuser is not (no wheel is served for torch 2.10
+  and newer), on by default: runs of the claimed bf16/float8 ops as torch.compile (inductor) regions
+  (``cuda_regions``; ``discover(exclude=["torchcompile_cuda"])`` turns it off);
+* ``torchcompile_no_fp8``: on CPU, thunder's torch.compile fuser with float8 operations kept
   out of it (``cpu_fallback``), opt-in with ``THUNDERPLUG_CPU_FUSION=1``: on CPU an inductor region
   costs more per call than it saves on small programs (benchmarks/overhead.py: ``x + 1`` took 1.9x
   the time of plain thunder.jit with it), and float8 work stays out of it anyway.
@@ -33,9 +36,17 @@ def nvfuser_unavailable_reason() -> str | None:
     return None
 
 
+def cuda_regions_unavailable_reason() -> str | None:
+    if nvfuser_unavailable_reason() is None:
+        return "not needed: nvFuser is available"
+    return cuda_unavailable_reason()
+
+
 def fallback_unavailable_reason() -> str | None:
     if nvfuser_unavailable_reason() is None:
         return "not needed: nvFuser is available"
+    if cuda_regions_unavailable_reason() is None:
+        return "not needed: torchcompile_cuda fuses on this CUDA machine"
     if not flag(os.environ, CPU_FUSION):
         return f"opt-in: set {CPU_FUSION}=1 to fuse with torch.compile where nvFuser is unavailable"
     return None
@@ -48,6 +59,12 @@ def _nvfuser_executor():
     if executor is None:
         raise ImportError("thunder did not register its nvFuser executor (nvfuser older than 0.2.8?)")
     return executor
+
+
+def _cuda_regions_executor():
+    from thunderplug_nvfuser import cuda_regions
+
+    return cuda_regions.build_executor()
 
 
 def _fallback_executor():
@@ -65,6 +82,15 @@ def register_executors(register) -> None:
             Priority.FUSER,
             "thunder's nvFuser fusion executor",
             unavailable_reason=nvfuser_unavailable_reason,
+        )
+    )
+    register(
+        ExecutorSpec(
+            "torchcompile_cuda",  # cuda_regions.NAME, without importing thunder
+            _cuda_regions_executor,
+            Priority.FUSER,
+            "claimed bf16/float8 ops on CUDA as torch.compile (inductor) regions, where nvFuser is missing",
+            unavailable_reason=cuda_regions_unavailable_reason,
         )
     )
     register(

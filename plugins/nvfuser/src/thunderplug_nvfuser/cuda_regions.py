@@ -1,0 +1,188 @@
+"""Where CUDA exists but nvFuser does not: runs of claimed low-precision ops as torch.compile regions.
+
+Unlike thunder's ``torchcompile`` executor, this one claims nothing while thunder chooses gradient
+rules and operator executors: its ``can_fuse`` answers only for a symbol an executor already owns
+(thunder's ``torch``, thunderplug-aten's ``aten`` and its eager kernels). So every op keeps the
+gradient rule and the kernel eager's numbers come from (ATen's LayerNorm, SDPA, GELU backward), and
+the region's code calls exactly those kernels: inductor then fuses what torch.compile with torchao
+fuses around ``_scaled_mm`` (amax, scale, saturated cast, transposed copies), from the same ATen ops.
+
+Which ops join a region, and why:
+
+* every tensor is on CUDA (a CPU scalar or a CPU program stays op by op: torch 2.9.1's CPU inductor
+  miscompiles float8, ``cpu_fallback``);
+* a region is compiled only if one of its tensors is 16-bit or 8-bit floating point: an fp32 program
+  stays op by op and bit-identical to eager, while bf16 and float8 work (its fp32 scales included),
+  whose rounding is already coarse, is fused;
+* no random numbers (inductor draws its own stream, so dropout masks would differ from eager's)
+  and no in-place writes (thunder orders those itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from thunder.core import devices, dtypes, prims, utils
+from thunder.core.codeutils import SigInfo
+from thunder.core.proxies import Proxy, TensorProxy, unvariableify
+from thunder.core.pytree import tree_map
+from thunder.core.rematerialization import rematerialize
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.core.transform_common import dce
+from thunder.executors.data_dependent_partition import Node, fuse_bound_symbols
+from thunder.executors.passes import update_fusion_call_ctx
+from thunder.executors.torch_compile import TorchCompileExecutor
+from thunder.executors.torchex import no_autocast
+from thunder.executors.utils import Region
+
+NAME = "torchcompile_cuda"
+
+#: executors whose ops a region may run: their implementations are plain calls of torch functions
+#: and ATen overloads, which Dynamo traces into one graph
+FUSIBLE_OWNERS = frozenset({"torch", "aten", "eager_kernels", "eager_backward_kernels"})
+
+_LOW_PRECISION = frozenset(
+    {
+        dtypes.bfloat16,
+        dtypes.float16,
+        dtypes.float8_e4m3fn,
+        dtypes.float8_e5m2,
+        dtypes.float8_e4m3fnuz,
+        dtypes.float8_e5m2fnuz,
+    }
+)
+
+#: words of an op's name that mean it draws random numbers
+_RANDOM_WORDS = frozenset(
+    {
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "dropout",
+        "bernoulli",
+        "normal",
+        "uniform",
+        "multinomial",
+        "philox",
+        "poisson",
+        "exponential",
+        "geometric",
+        "cauchy",
+    }
+)
+
+
+def _tensors(bsym: BoundSymbol) -> list[TensorProxy]:
+    return [v for v in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs) if isinstance(v, TensorProxy)]
+
+
+def why_not_fused(bsym: BoundSymbol, device_type: str = "cuda") -> str | None:
+    """``None`` when ``bsym`` may join a region, else the reason it runs on its own."""
+    owner = bsym.sym.executor
+    if owner is None or str(owner.name) not in FUSIBLE_OWNERS:
+        return f"run by {getattr(owner, 'name', None)!r}, not by one of {sorted(FUSIBLE_OWNERS)}"
+    words = set(bsym.sym.name.lower().split("_"))
+    if words & _RANDOM_WORDS:
+        return "draws random numbers"
+    if bsym.sym.name.endswith("_") or bsym.sym.id == prims.PrimIDs.COPY_:
+        return "writes in place"
+    tensors = _tensors(bsym)
+    if not tensors or any(not isinstance(v, TensorProxy) for v in bsym.flat_proxy_outs):
+        return "has an output that is not a tensor"
+    if any(t.device.type != device_type for t in tensors):
+        return f"has a tensor off {device_type}"
+    return None
+
+
+def is_low_precision(bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether a group of ops reads or writes a 16-bit or 8-bit floating tensor (else it stays op by op)."""
+    return any(dtypes.to_dtype(t.dtype) in _LOW_PRECISION for bsym in bsyms for t in _tensors(bsym))
+
+
+def _torch_constant(value: Any) -> Any:
+    if isinstance(value, dtypes.dtype):
+        return dtypes.to_torch_dtype(value)
+    if isinstance(value, devices.Device):
+        return devices.to_torch_device(value)
+    return value
+
+
+def _with_torch_constants(bsym: BoundSymbol) -> BoundSymbol:
+    """``bsym`` with thunder's dtype and device objects as torch's: the implementations convert
+    them through dicts keyed by thunder's objects, which Dynamo cannot trace."""
+    return bsym.from_bsym(args=tree_map(_torch_constant, bsym.args), kwargs=tree_map(_torch_constant, bsym.kwargs))
+
+
+def compile_region(
+    bsyms: Sequence[BoundSymbol], inputs: Sequence[Proxy], outputs: Sequence[Proxy], backend: str
+) -> Callable[..., Any]:
+    """The region's ops as a Python function (each calls its owner's implementation) under
+    ``torch.compile(fullgraph=True)``, run without grad and autocast as thunder's own regions are."""
+    region = TraceCtx(None)
+    region.args = list(inputs)
+    region.kwargs = {}
+    region.names = {proxy.name for proxy in inputs}
+    with tracectx(region):
+        for proxy in inputs:
+            prims.unpack_trivial(proxy, name=proxy.name)
+    region.bound_symbols += [_with_torch_constants(bsym) for bsym in bsyms]
+    region.bound_symbols.append(prims.python_return.bind(list(outputs), output=None))
+    for bsym in bsyms:
+        for proxy in bsym.flat_proxy_outs:
+            region.add_name(proxy.name)
+    region._siginfo = SigInfo("region")
+    region._siginfo.args = [(proxy.name, None) for proxy in inputs]
+    compiled = torch.compile(region.python_callable(include_decorators=False), backend=backend, fullgraph=True)
+    return torch.no_grad()(no_autocast(compiled))
+
+
+class CudaRegionExecutor(TorchCompileExecutor):
+    """thunder's torch.compile fusion pass over the ops :func:`why_not_fused` admits.
+
+    ``backend`` and ``device_type`` exist for the CPU tests (``aot_eager`` on CPU tensors runs the
+    same regions without inductor's kernels); users get inductor on CUDA.
+    """
+
+    def __init__(self, name: str = NAME, *, backend: str = "inductor", device_type: str = "cuda"):
+        super().__init__(name)
+        self.backend = backend
+        self.device_type = device_type
+
+    def can_fuse(self, bsym: BoundSymbol) -> bool:
+        return why_not_fused(bsym, self.device_type) is None
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return False
+
+    def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
+        """thunder's torch.compile fusion pass, compiling only the low-precision groups."""
+        producers, consumers = utils.producers_and_consumers(trace)
+        groups = fuse_bound_symbols(trace, lambda a, b: all(self._fusible_node(n) for n in (a, b)))
+        fused: list[BoundSymbol] = []
+        for group in groups:
+            if (len(group) == 1 and not self.can_fuse(group[0])) or not is_low_precision(group):
+                fused.extend(group)
+            else:
+                fused.append(self.fuse(Region(producers, consumers, group), len(fused)))
+        result = from_trace(trace)
+        result.bound_symbols = fused
+        return update_fusion_call_ctx(dce(rematerialize(result)))
+
+    def _fusible_node(self, node: Node) -> bool:
+        return len(node.group_bsyms) > 1 or self.can_fuse(node.group_bsyms[0])
+
+    def fuse(self, region: Region, fusion_counter: int) -> BoundSymbol:
+        inputs = [unvariableify(x) for x in region.inputs]
+        outputs = [unvariableify(x) for x in region.outputs]
+        name = f"CudaRegion{fusion_counter}"
+        compiled = compile_region(region.bound_symbols, inputs, outputs, self.backend)
+        symbol = Symbol(name, meta=None, is_fusion=True, executor=self)
+        return BoundSymbol(symbol, inputs, {}, outputs, region.bound_symbols, _call_ctx={name: compiled})
+
+
+def build_executor() -> CudaRegionExecutor:
+    return CudaRegionExecutor()

@@ -1,0 +1,190 @@
+"""The CUDA fusion path without nvFuser (``torchcompile_cuda``), checked on CPU.
+
+The plan is computed here exactly as on a CUDA machine, with two stand-ins: the regions accept CPU
+tensors (``device_type="cpu"``) and are compiled with ``aot_eager`` (Dynamo and AOTAutograd, ATen's
+own kernels) instead of inductor, so the regions' code runs without inductor's CPU float8 kernels
+(which crash in torch 2.9.1). On CPU the float8 plugin's CPU ``_scaled_mm`` keeps the matmuls out of
+the regions; on CUDA they are ``aten`` ops and join them.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+from torchao.float8 import convert_to_float8_training
+
+import thunderplug
+from thunderplug import PluginHost, Status
+from thunderplug_nvfuser import cuda_regions, hooks
+
+GPT_MODEL = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "gpt_model.py"
+BOOKKEEPING = {"python_del", "python_return", "unpack_trivial", "unpack_sequence", "clear_mutable_collection"}
+
+
+def _gpt_module():
+    spec = importlib.util.spec_from_file_location("gpt_model_for_cuda_regions", GPT_MODEL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _executors_with_cpu_regions() -> list:
+    """discover()'s list with the CUDA regions executor where it goes on a CUDA machine (after the
+    eager kernels, before ``aten``), accepting CPU tensors."""
+    executors = thunderplug.discover()
+    names = [executor.name for executor in executors]
+    executors.insert(names.index("aten"), cuda_regions.CudaRegionExecutor(backend="aot_eager", device_type="cpu"))
+    return executors
+
+
+def _plan(jitted, *args) -> tuple:
+    entry, _, _ = thunder.compile_data(jitted)._get_computation_and_inputs(*args)
+    return entry.computation_traces[-1], entry.backward_traces[-1]
+
+
+def _outside_regions(trace) -> collections.Counter:
+    return collections.Counter(
+        bsym.sym.name for bsym in trace.bound_symbols if not bsym.sym.is_fusion and bsym.sym.name not in BOOKKEEPING
+    )
+
+
+def _regions(trace) -> list:
+    return [bsym for bsym in trace.bound_symbols if bsym.sym.is_fusion and bsym.sym.executor.name == cuda_regions.NAME]
+
+
+def _float8_casts(bsyms) -> int:
+    float8 = {thunder.dtypes.float8_e4m3fn, thunder.dtypes.float8_e5m2}
+    return sum(
+        1
+        for bsym in bsyms
+        for out in bsym.flat_proxy_outs
+        if isinstance(out, thunder.core.proxies.TensorProxy) and thunder.dtypes.to_dtype(out.dtype) in float8
+    )
+
+
+@pytest.fixture(scope="module")
+def float8_gpt():
+    """A bf16 GPT block converted to float8, its eager twin, one batch, and the regions plan."""
+    gpt = _gpt_module()
+    torch.manual_seed(0)
+    config = gpt.GPTConfig(layers=1, d_model=64, heads=2, seq=16, batch=2, vocab=128)
+    base = gpt.GPT(config).to(torch.bfloat16)
+    eager = convert_to_float8_training(copy.deepcopy(base))
+    jitted = thunder.jit(convert_to_float8_training(copy.deepcopy(base)), executors=_executors_with_cpu_regions())
+    tokens = torch.randint(0, config.vocab, (config.batch, config.seq))
+    targets = torch.randint(0, config.vocab, (config.batch, config.seq))
+    return eager, jitted, tokens, targets, _plan(jitted, tokens, targets)
+
+
+def test_float8_block_runs_as_regions_between_its_matmuls(float8_gpt):
+    *_, (forward, backward) = float8_gpt
+    for trace in (forward, backward):
+        outside = _outside_regions(trace)
+        assert set(outside) == {"float8__scaled_mm_default"}, outside  # amax, scales, casts, transposes: fused
+        assert 1 <= len(_regions(trace)) <= outside["float8__scaled_mm_default"] + 1
+    # the float8 casts themselves are inside the regions (7 matmuls: 14 operands forward)
+    assert _float8_casts(sub for region in _regions(forward) for sub in region.subsymbols) >= 14
+    assert _float8_casts(bsym for bsym in forward.bound_symbols if not bsym.sym.is_fusion) == 0
+
+
+def test_float8_regions_give_eager_losses_and_gradients(float8_gpt):
+    eager, jitted, tokens, targets, _ = float8_gpt
+    for _ in range(2):
+        for model in (eager, jitted):
+            model.zero_grad()
+        expected, actual = eager(tokens, targets), jitted(tokens, targets)
+        expected.backward()
+        actual.backward()
+        assert torch.equal(actual, expected)
+        for (name, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), name
+
+
+def test_fp32_programs_stay_op_by_op():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    jitted = thunder.jit(model, executors=_executors_with_cpu_regions())
+    x = torch.randn(3, 8, requires_grad=True)
+    forward, backward = _plan(jitted, x)
+    assert not _regions(forward) and not _regions(backward)
+    jitted(x).sum().backward()
+    expected = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    assert torch.equal(x.grad, expected)
+
+
+def test_random_ops_stay_outside_regions():
+    def f(x):
+        return F.dropout(x * 2, p=0.5) + 1
+
+    jitted = thunder.jit(f, executors=_executors_with_cpu_regions())
+    x = torch.randn(64, 64, dtype=torch.bfloat16)
+    torch.manual_seed(1)
+    actual = jitted(x)
+    torch.manual_seed(1)
+    assert torch.equal(actual, f(x))
+    final = thunder.last_traces(jitted)[-1]
+    random = [b for b in final.bound_symbols if cuda_regions.why_not_fused(b, "cpu") == "draws random numbers"]
+    assert random
+    fused = [b for region in _regions(final) for b in region.subsymbols]
+    assert fused and all(cuda_regions.why_not_fused(b, "cpu") is None for b in fused)
+
+
+def test_cpu_tensors_are_not_fused_by_the_cuda_executor():
+    executors = thunderplug.discover()
+    executors.insert([e.name for e in executors].index("aten"), cuda_regions.build_executor())
+    jitted = thunder.jit(lambda x: (x * 2).sin(), executors=executors)
+    x = torch.randn(4, dtype=torch.bfloat16)
+    assert torch.equal(jitted(x), (x * 2).sin())
+    assert not _regions(thunder.last_traces(jitted)[-1])
+
+
+def test_on_cuda_without_nvfuser_the_regions_executor_is_on_by_default(monkeypatch):
+    if hooks.nvfuser_unavailable_reason() is None:
+        pytest.skip("nvFuser is available: it fuses instead")
+    monkeypatch.setattr(hooks, "cuda_unavailable_reason", lambda: None)  # a CUDA machine without nvFuser
+    report = {s.name: s for s in PluginHost(environ={}).report()}["nvfuser"]
+    assert report.status is Status.ACTIVE
+    assert report.executors == ["torchcompile_cuda"]
+    assert "torchcompile_cuda" in report.unavailable_executors["torchcompile_no_fp8"]
+    names = [ex.name for ex in thunderplug.discover(host=PluginHost(environ={"THUNDERPLUG_CPU_FUSION": "1"}))]
+    assert names.index("eager_kernels") < names.index("torchcompile_cuda") < names.index("aten")
+    assert "torchcompile_no_fp8" not in names
+    assert "torchcompile_cuda" not in [ex.name for ex in thunderplug.discover(exclude=["torchcompile_cuda"])]
+
+
+def test_on_cpu_the_regions_executor_says_why_not():
+    reason = hooks.cuda_regions_unavailable_reason()
+    if reason is None:
+        pytest.skip("CUDA without nvFuser: the executor runs here")
+    assert "CUDA" in reason or "nvFuser" in reason
+
+
+@pytest.mark.requires_cuda
+def test_float8_training_on_cuda_fuses_with_inductor():
+    if hooks.cuda_regions_unavailable_reason():
+        pytest.skip(hooks.cuda_regions_unavailable_reason())
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+    base = base.to("cuda", torch.bfloat16)
+    eager = convert_to_float8_training(copy.deepcopy(base))
+    jitted = thunder.jit(convert_to_float8_training(copy.deepcopy(base)), executors=thunderplug.discover())
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    expected, actual = eager(x).float().square().mean(), jitted(x).float().square().mean()
+    expected.backward()
+    actual.backward()
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=1e-3)
+    for p, q in zip(jitted.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=5e-2, atol=1e-2)
+    forward, backward = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
+    assert _regions(forward) and _regions(backward)
+    assert _float8_casts(b for b in forward.bound_symbols if not b.sym.is_fusion) == 0
