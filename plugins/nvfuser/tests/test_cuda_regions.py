@@ -188,3 +188,18 @@ def test_float8_training_on_cuda_fuses_with_inductor():
     forward, backward = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
     assert _regions(forward) and _regions(backward)
     assert _float8_casts(b for b in forward.bound_symbols if not b.sym.is_fusion) == 0
+
+
+def test_a_region_torch_compile_refuses_runs_op_by_op_with_a_warning():
+    def refusing_backend(graph_module, example_inputs):
+        raise RuntimeError("no kernel for this region")
+
+    executors = thunderplug.discover()
+    regions = cuda_regions.CudaRegionExecutor(backend=refusing_backend, device_type="cpu")
+    executors.insert([e.name for e in executors].index("aten"), regions)
+    jitted = thunder.jit(lambda x: (x * 2).sin() + x, executors=executors)
+    x = torch.randn(8, dtype=torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="torchcompile_cuda runs a region op by op"):
+        assert torch.equal(jitted(x), (x * 2).sin() + x)
+    assert _regions(thunder.last_traces(jitted)[-1])
+    assert torch.equal(jitted(x), (x * 2).sin() + x)  # the plain ops from then on, no second warning

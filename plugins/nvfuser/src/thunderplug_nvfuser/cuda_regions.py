@@ -20,6 +20,7 @@ Which ops join a region, and why:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,7 +119,7 @@ def _with_torch_constants(bsym: BoundSymbol) -> BoundSymbol:
 
 
 def compile_region(
-    bsyms: Sequence[BoundSymbol], inputs: Sequence[Proxy], outputs: Sequence[Proxy], backend: str
+    bsyms: Sequence[BoundSymbol], inputs: Sequence[Proxy], outputs: Sequence[Proxy], backend: str | Callable
 ) -> Callable[..., Any]:
     """The region's ops as a Python function (each calls its owner's implementation) under
     ``torch.compile(fullgraph=True)``, run without grad and autocast as thunder's own regions are."""
@@ -136,8 +137,31 @@ def compile_region(
             region.add_name(proxy.name)
     region._siginfo = SigInfo("region")
     region._siginfo.args = [(proxy.name, None) for proxy in inputs]
-    compiled = torch.compile(region.python_callable(include_decorators=False), backend=backend, fullgraph=True)
-    return torch.no_grad()(no_autocast(compiled))
+    plain = region.python_callable(include_decorators=False)
+    compiled = torch.compile(plain, backend=backend, fullgraph=True)
+    return torch.no_grad()(no_autocast(_plain_if_not_compilable(compiled, plain)))
+
+
+def _plain_if_not_compilable(compiled: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled``, or the region's ops one by one from the first call Dynamo or its backend
+    refuses (with a warning saying which op): a region that cannot be compiled is slower, never wrong."""
+    chosen = [compiled]
+
+    def run(*args: Any) -> Any:
+        try:
+            return chosen[0](*args)
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.BackendCompilerFailed) as error:
+            if chosen[0] is plain:
+                raise
+            warnings.warn(
+                f"thunderplug's {NAME} runs a region op by op: torch.compile refused it ({str(error).splitlines()[0]})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            chosen[0] = plain
+            return plain(*args)
+
+    return run
 
 
 class CudaRegionExecutor(TorchCompileExecutor):
@@ -147,7 +171,7 @@ class CudaRegionExecutor(TorchCompileExecutor):
     same regions without inductor's kernels); users get inductor on CUDA.
     """
 
-    def __init__(self, name: str = NAME, *, backend: str = "inductor", device_type: str = "cuda"):
+    def __init__(self, name: str = NAME, *, backend: str | Callable = "inductor", device_type: str = "cuda"):
         super().__init__(name)
         self.backend = backend
         self.device_type = device_type
