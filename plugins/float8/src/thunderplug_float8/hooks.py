@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from thunderplug import AtenKernelClaim, FunctionClaim, SubclassOpClaim, hookimpl
-from thunderplug.availability import missing_package_reason
+from thunderplug.plugin_api.availability import missing_package_reason
 from thunderplug_float8 import cpu_scaled_mm
 
 FLOAT8_LINEAR_FUNCTION = "torchao.float8.float8_linear.matmul_with_hp_or_float8_args"

@@ -18,8 +18,8 @@ import importlib.util
 import os
 
 from thunderplug import ExecutorSpec, Priority, hookimpl
-from thunderplug.availability import cuda_unavailable_reason
-from thunderplug.settings import flag
+from thunderplug.plugin_api.availability import cuda_unavailable_reason
+from thunderplug.plugin_api.settings import flag
 
 CPU_FUSION = "THUNDERPLUG_CPU_FUSION"
 
