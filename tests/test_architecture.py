@@ -206,5 +206,29 @@ def test_every_patch_names_its_owners_and_every_speedup_what_it_saves():
     graph = _graph()
     for patch in PATCHES:
         assert patch.features and all(f"thunderplug.{feature}" in graph for feature in patch.features), patch.name
-        if "wiring.speedups" in patch.features:
+        if {"wiring.speedups", "wiring.sharing"} & set(patch.features):  # the patches that exist for speed
             assert patch.saves, f"{patch.name}: say what it saves, measured (or 'not measured')"
+
+
+def layers_markdown() -> str:
+    """The table of docs/architecture.md that says, for each layer (top first), which layers below it its
+    modules import, computed from the source."""
+    graph = _graph()
+    lines = ["| layer | its modules import |", "|---|---|"]
+    for layer in reversed(LAYERS):
+        below = {_layer(target) for name, targets in graph.items() if _layer(name) == layer for target in targets}
+        names = [f"`{other}`" for other in reversed(LAYERS) if other in below - {layer}]
+        lines.append(f"| `{layer}` | {', '.join(names) or 'nothing of thunderplug'} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_architecture_md_has_the_layers_and_the_patches_by_owner_as_generated():
+    from thunderplug.wiring.patches import owners_markdown
+
+    text = (CORE.parents[2] / "docs" / "architecture.md").read_text()
+    assert layers_markdown() in text, "regenerate: python tests/test_architecture.py"
+    assert owners_markdown() in text, "regenerate: python -m thunderplug.wiring.patches --owners"
+
+
+if __name__ == "__main__":
+    print(layers_markdown(), end="")

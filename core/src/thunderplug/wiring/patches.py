@@ -433,6 +433,9 @@ PATCHES: tuple[Patch, ...] = (
         "`Linear`'s `in_features`, transformers' `layer_idx`), and blocks that differ only there cannot share a "
         "compilation. The tables are read by subscript, which tracks only what it reads; the rest is torch's code.",
         features=("wiring.sharing", "caching.reuse"),
+        saves="the compilation of each block that differs only in number or string attributes it never reads "
+        "(transformers' `layer_idx`, litgpt's `block_idx`), as \"one compilation per module structure\" (commit "
+        "05ed97f; not measured apart from it)",
     ),
     Patch(
         "one signature per meta", Symbol, "normalize",
@@ -763,5 +766,22 @@ def _where(patch: Patch) -> str:
     return f"{getattr(patch.owner, '__module__', '') + '.' if isinstance(patch.owner, type) else ''}{owner}.{patch.key}"
 
 
+def owners_markdown() -> str:
+    """The patches grouped by the modules that own them, for docs/architecture.md (a patch of two
+    owners is listed under each); the speed-only ones with what they save."""
+    owners: dict[str, list[Patch]] = {}
+    for patch in PATCHES:
+        for feature in patch.features:
+            owners.setdefault(feature, []).append(patch)
+    lines = ["| owner | patches |", "|---|---|"]
+    for feature in sorted(owners):
+        names = "; ".join(f"{patch.name} (saves {patch.saves})" if patch.saves else patch.name
+                          for patch in owners[feature])
+        lines.append(f"| `{feature}` | {names} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    import sys
+
+    print(owners_markdown() if sys.argv[1:] == ["--owners"] else markdown(), end="")
