@@ -64,6 +64,22 @@ def test_plugin_adds_thunderplug_to_thunders_recipe_on_cpu():
     assert names.index("thunderplug") < names.index("torchcompile")
 
 
+def test_plugin_with_a_recipe_asking_for_a_missing_nvfuser_leaves_it_out():
+    """thunder's default recipe on a CUDA machine without nvFuser (torch 2.10+) asks for it; so does
+    ``fuser="nvfuser"`` here, where it is missing too. Alone it fails as in thunder; with thunderplug's
+    plugin, whose executors bring this machine's fuser, it runs, as eager."""
+    assert thunder.extend.get_executor("nvfuser") is None or pytest.skip("nvFuser is installed")
+    with pytest.raises(ValueError, match="NoneType.* is not a valid Executor"):
+        thunder.compile(float8_mlp(), recipe=BaseRecipe(fuser="nvfuser"))(torch.randn(16, 32))
+    eager = float8_mlp()
+    recipe = BaseRecipe(fuser="nvfuser")
+    compiled = thunder.compile(copy.deepcopy(eager), recipe=recipe, plugins="thunderplug")
+    assert_same_step(eager, compiled)
+    assert recipe.executor_names == ["nvfuser"]  # the recipe itself is unchanged
+    names = [ex.name for ex in thunder.compile_data(compiled).executors_list]
+    assert "nvfuser" not in names and names.index("thunderplug") < names.index("float8")
+
+
 @pytest.mark.requires_cuda
 def test_plugin_with_thunders_default_recipe_on_cuda():
     eager = float8_mlp().cuda()

@@ -46,7 +46,13 @@ class ThunderplugRecipe(Recipe):
 
 
 class ThunderplugPlugin(Plugin):
-    """thunderplug's executors (without thunder's defaults, which the recipe chooses) for any recipe."""
+    """thunderplug's executors (without thunder's defaults, which the recipe chooses) for any recipe.
+
+    They include the fuser for this machine, so a recipe holding this plugin leaves out an nvFuser that is
+    not installed instead of failing (the patch "default recipe without a missing nvFuser").
+    """
+
+    replaces_missing_fusers = True
 
     def setup_executors(self) -> list[Any]:
         import thunderplug

@@ -894,3 +894,25 @@ def refusing_outside_container_mutations(
         )
 
     return replacement
+
+
+def recipe_without_missing_nvfuser(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's default recipe asks for nvFuser even where it is not installed (no wheel for torch
+    2.10 and newer), and ``thunder.jit`` then fails on the ``None`` it puts in the executor list. A
+    recipe holding thunderplug's plugin (a plugin with ``replaces_missing_fusers``), whose executors
+    bring their own fuser, leaves the missing nvFuser out; any other recipe is unchanged."""
+
+    def replacement(self: Any) -> Any:
+        from thunder.extend import get_executor
+
+        names = self.executor_names
+        bring_fusers = any(getattr(plugin, "replaces_missing_fusers", False) for plugin in self.plugins)
+        if not (bring_fusers and isinstance(names, list) and "nvfuser" in names and get_executor("nvfuser") is None):
+            return original(self)
+        self.executor_names = [name for name in names if name != "nvfuser"]
+        try:
+            return original(self)
+        finally:
+            self.executor_names = names
+
+    return replacement

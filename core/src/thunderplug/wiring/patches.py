@@ -27,6 +27,7 @@ from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
 from thunder.executors import passes, torch_autograd
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
+from thunder.recipes.base import BaseRecipe
 from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
@@ -386,6 +387,15 @@ PATCHES: tuple[Patch, ...] = (
         "(Ctrl-C during a compilation, `sys.exit()` in it) in an `InterpreterError`, which `except KeyboardInterrupt` "
         "does not catch: exceptions that are not `Exception`s are re-raised as themselves.",
         features=("wiring.fixes",),
+    ),
+    Patch(
+        "default recipe without a missing nvFuser", BaseRecipe, "setup_executors", fixes.recipe_without_missing_nvfuser,
+        "always",
+        "thunder's default recipe lists nvFuser wherever CUDA is, installed or not, and `thunder.jit` fails on the "
+        "`None` it gets (`An object of type NoneType is not a valid Executor`): with thunderplug's plugin in the "
+        "recipe (`thunder.compile(model, plugins=\"thunderplug\")`), whose executors bring the fuser for this "
+        "machine, the missing nvFuser is left out. Recipes without the plugin fail as in thunder.",
+        features=("wiring.fixes", "recipe"),
     ),
     Patch(
         "autocast state per call", thunder, "_with_cache_info_ctx", fixes.autocast_state_per_call, "always",
