@@ -133,8 +133,9 @@ VIEW = [
     "{a}.reshape(*{a}.shape, 1)",
 ]
 
-#: Ops thunder 0.2.6 cannot differentiate at all (docs/known-issues.md): drawn rarely, so that
-#: most programs test something, but still drawn, so that a fix upstream shows up here.
+#: Ops thunder 0.2.6 cannot differentiate at all, which ``discover()`` differentiates with eager's rules
+#: (eager_backward_kernels; lerp with a 0-dim start broadcast to a larger result stays KI-6): drawn rarely, so
+#: that most programs test something, but still drawn.
 RARE = [
     "torch.minimum({a}, {b})",
     "torch.lerp({a}, {b}, 0.3)",
@@ -311,30 +312,6 @@ class KnownIssue:
 
 KNOWN_ISSUES = [
     KnownIssue(
-        "KI-1 no grad rule for prims.minimum",
-        "thunder 0.2.6 has no gradient for prims.minimum (torch.minimum)",
-        r"torch\.minimum\(",
-        r"^error: RuntimeError: Failed to find a gradient transform for bound symbol .*prims\.minimum",
-    ),
-    KnownIssue(
-        "KI-2 no grad rule for prims.lerp",
-        "thunder 0.2.6 has no gradient for prims.lerp (torch.lerp)",
-        r"torch\.lerp\(",
-        r"^error: RuntimeError: Failed to find a gradient transform for bound symbol .*prims\.lerp",
-    ),
-    KnownIssue(
-        "KI-3 no grad rule for prims.flip",
-        "thunder 0.2.6 has no gradient for prims.flip (torch.flip)",
-        r"\.flip\(",
-        r"^error: RuntimeError: Failed to find a gradient transform for bound symbol .*prims\.flip",
-    ),
-    KnownIssue(
-        "KI-4 dim arguments on 0-dim tensors",
-        "thunder 0.2.6 rejects dim=-1/0 on a 0-dim tensor in squeeze/logsumexp/transpose (torch accepts it)",
-        r"\.squeeze\(-?\d\)|torch\.logsumexp\(|\.transpose\(",
-        r"^error: IndexError: (tuple index out of range|list assignment index out of range)",
-    ),
-    KnownIssue(
         "KI-5 prod gradient with zero elements",
         "thunder 0.2.6's prod gradient divides by the input: NaN where an element is 0 (eager is finite)",
         r"\.prod\(\)",
@@ -344,7 +321,8 @@ KNOWN_ISSUES = [
         "KI-6 prims.lerp with a 0-dim start: wrong result shape in the trace",
         "thunder 0.2.6's lerp meta takes the result shape from a 0-dim start; later dims are out of range",
         r"torch\.lerp\(",
-        r"^error: IndexError: Dimension out of range",
+        r"^error: (IndexError: Dimension out of range|RuntimeError: Failed to find a gradient transform for bound "
+        r"symbol .*prims\.lerp)",
     ),
     KnownIssue(
         "KI-8 result dtype of a flattened 0-dim tensor under autodiff",

@@ -1,5 +1,6 @@
-"""``Tensor.to`` that changes nothing returns its input, as in eager (asked by the subclass core's
-``Symbol.__call__`` replacement in ``discover()`` compilations)."""
+"""``Tensor.to`` that changes nothing returns its input, as in eager, and so do ``squeeze``/``transpose`` of a
+0-dim tensor over dim 0 or -1 (asked by the subclass core's ``Symbol.__call__`` replacement in ``discover()``
+compilations)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def returns_input_unchanged(symbol: Any, args: tuple, kwargs: dict) -> bool:
     (``hidden_states.to(torch.float32)`` on float32 hidden states, used by both ``pow`` and ``mul``)
     differed from eager by ulps in every gradient below it, 7e-5 after three AdamW steps; returning
     the input, as eager does, makes the sums eager's.
+
+    Also ``squeeze`` and ``transpose`` of a 0-dim tensor over dim 0 or -1 (:func:`_zero_dim_view`).
     """
+    if symbol in (ltorch.squeeze, ltorch.transpose) and args and type(args[0]) is TensorProxy:
+        return _zero_dim_view(symbol, args, kwargs)
     if symbol is not ltorch.to or not args or type(args[0]) is not TensorProxy:
         return False
     if kwargs.get("copy", False) or kwargs.get("memory_format") not in (None, torch.preserve_format):
@@ -36,3 +41,19 @@ def returns_input_unchanged(symbol: Any, args: tuple, kwargs: dict) -> bool:
         return False
     a = args[0]
     return (device is None or device == a.device) and (dtype is None or are_same_dtypes(a, dtype))
+
+
+def _zero_dim_view(symbol: Any, args: tuple, kwargs: dict) -> bool:
+    """``s.squeeze(0)``, ``s.squeeze(-1)``, ``s.transpose(0, -1)`` of a 0-dim ``s``: torch accepts dim 0 and -1
+    of a 0-dim tensor and returns its values unchanged; thunder 0.2.6's symbols index the empty shape
+    (``IndexError``, also inside its ``logsumexp(s, -1)``)."""
+    if args[0].ndim != 0:
+        return False
+    if symbol is ltorch.squeeze:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        dims = (dim,) if isinstance(dim, int) else dim
+    else:
+        dims = (*args[1:], *kwargs.values())
+        if len(dims) != 2:
+            return False
+    return isinstance(dims, tuple | list) and all(type(d) is int and d in (0, -1) for d in dims)

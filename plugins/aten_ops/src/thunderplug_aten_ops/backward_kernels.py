@@ -1,5 +1,7 @@
 """The ``eager_backward_kernels`` executor: activations, clamps, powers, element-wise and reduced
-maxima run as eager autograd runs them, forward and backward.
+maxima run as eager autograd runs them, forward and backward; and the ops thunder 0.2.6 cannot
+differentiate at all (``flip``, ``lerp``, ``remainder``; ``nextafter`` and zeta's first argument,
+whose backward raises eager's ``NotImplementedError``).
 
 Why: with gradients enabled thunder differentiates these ops through its own decompositions and
 rules, which differ from eager in two ways.
@@ -123,6 +125,41 @@ def _clamp_tensor_backward(grad, a, low, high):
     else:
         grads.append(_as_input(torch.where(a > high, grad, zero), high))
     return tuple(grads)
+
+
+def _lerp_scalar_backward(grad, start, end, weight):
+    """``lerp.Scalar``: ``grad * (1 - weight)`` to ``start``, ``grad * weight`` to ``end``."""
+    weight = float(weight)
+    return _as_input(grad * (1 - weight), start), _as_input(grad * weight, end)
+
+
+def _lerp_tensor_backward(grad, start, end, weight):
+    """``lerp.Tensor``: ``grad * (1 - weight)``, ``grad * weight``, ``grad * (end - start)``."""
+    return (_as_input(grad * (1 - weight), start), _as_input(grad * weight, end),
+            _as_input(grad * (end - start), weight))
+
+
+def _remainder_backward(grad, a, b):
+    """``remainder.Tensor``: the gradient itself to ``a``, ``-grad * a.div(b, "floor")`` to ``b``."""
+    return _as_input(grad, a), _as_input(-grad * a.div(b, rounding_mode="floor"), b)
+
+
+def _remainder_scalar_backward(grad, a):
+    return _as_input(grad, a)
+
+
+def _zeta_backward(grad, a, b):
+    """``special_zeta``'s rule for ``other`` (``q``): ``grad * -self * zeta(self + 1, other)``."""
+    return _as_input(grad * -a * torch.special.zeta(a + 1.0, b), b)
+
+
+def _not_implemented(op: str) -> Callable[..., Any]:
+    """Eager's ``not_implemented(op)`` derivative: the forward runs, the backward raises as eager's does."""
+
+    def backward(grad, a):
+        raise NotImplementedError(f"the derivative for '{op}' is not implemented.")
+
+    return backward
 
 
 def _restore_reduced_dims(t, dims: Sequence[int], ndim: int, keepdim: bool):
@@ -280,6 +317,20 @@ class _Kernels:
         self.normalize = _formula(executor, "eager_normalize", torch.nn.functional.normalize, (0,))
         self.normalize_backward = formula("normalize_backward", _normalize_backward)
         self.max_dim = _operator(executor, "eager_max_dim", aten.max.dim, differentiable=(0,))
+        self.flip = op("flip", aten.flip.default)
+        self.lerp_scalar = op("lerp_scalar", aten.lerp.Scalar)
+        self.lerp_tensor = op("lerp_tensor", aten.lerp.Tensor)
+        self.lerp_scalar_backward = formula("lerp_scalar_backward", _lerp_scalar_backward, (1, 2))
+        self.lerp_tensor_backward = formula("lerp_tensor_backward", _lerp_tensor_backward, (1, 2, 3))
+        self.remainder_scalar = op("remainder_scalar", aten.remainder.Scalar)
+        self.remainder_tensor = op("remainder_tensor", aten.remainder.Tensor)
+        self.remainder_backward = formula("remainder_backward", _remainder_backward, (1, 2))
+        self.remainder_scalar_backward = formula("remainder_scalar_backward", _remainder_scalar_backward)
+        self.nextafter = op("nextafter", aten.nextafter.default)
+        self.nextafter_backward = formula("nextafter_backward", _not_implemented("nextafter"))
+        self.zeta = op("zeta", aten.special_zeta.default)
+        self.zeta_backward = formula("zeta_backward", _zeta_backward, (2,))
+        self.zeta_self_backward = formula("zeta_self_backward", _not_implemented("zeta"))
         self.max_dim_backward = formula("max_dim_backward", _max_dim_backward)
 
     def threshold_backward_at_zero(self, grad: TensorProxy, result: TensorProxy) -> TensorProxy:
@@ -552,7 +603,10 @@ class _Rules:
 
     @staticmethod
     def logsumexp_checker(a: Any, /, dim: Any, keepdim: bool = False) -> bool:
-        return _float(a) and a.ndim > 0 and isinstance(keepdim, bool)
+        """Also a 0-dim ``a`` with ``dim`` 0 or -1, which torch accepts (thunder's decomposition did not)."""
+        if not (_float(a) and isinstance(keepdim, bool)):
+            return False
+        return a.ndim > 0 or all(isinstance(d, int) and d in (0, -1) for d in _dims(a, dim))
 
     def logsumexp_execute(self, a, /, dim, keepdim=False):
         return self.k.logsumexp(a, _dims(a, dim), keepdim)
@@ -562,6 +616,110 @@ class _Rules:
         out = self.k.logsumexp(a, dims, keepdim)
         put_grad(a, self.k.logsumexp_backward(get_grad(out), a, out, dims, keepdim))
         return out
+
+
+    # flip, lerp, remainder, nextafter, zeta: thunder 0.2.6 has no rule for their prims -------------
+
+    @staticmethod
+    def flip_checker(a: Any, /, *dims: Any) -> bool:
+        return _float(a)
+
+    def flip_execute(self, a, /, *dims):
+        return self.k.flip(a, list(_flip_dims(dims)))
+
+    def flip_grad(self, a, /, *dims):
+        dims = list(_flip_dims(dims))
+        out = self.k.flip(a, dims)
+        put_grad(a, self.k.flip(get_grad(out), dims))
+        return out
+
+    @staticmethod
+    def lerp_checker(start: Any, end: Any, weight: Any) -> bool:
+        if not (_float(start) and _float(end) and end.dtype == start.dtype):
+            return False
+        if isinstance(weight, TensorProxy):
+            tensors = (start, end, weight)
+            ok = _float(weight) and weight.dtype == start.dtype
+        else:
+            tensors = (start, end)
+            ok = isinstance(weight, Number) and not isinstance(weight, (bool, complex))
+        # thunder's lerp takes its result's shape from ``start`` (docs/known-issues.md KI-6): only where
+        # that is the broadcast shape does the traced result have eager's shape
+        return ok and _broadcast_shape(tensors) == tuple(start.shape)
+
+    def lerp_execute(self, start, end, weight):
+        if isinstance(weight, TensorProxy):
+            return self.k.lerp_tensor(start, end, weight)
+        return self.k.lerp_scalar(start, end, weight)
+
+    def lerp_grad(self, start, end, weight):
+        if isinstance(weight, TensorProxy):
+            out = self.k.lerp_tensor(start, end, weight)
+            grads = self.k.lerp_tensor_backward(get_grad(out), start, end, weight)
+            for t, g in zip((start, end, weight), grads):
+                put_grad(t, g)
+            return out
+        out = self.k.lerp_scalar(start, end, weight)
+        g_start, g_end = self.k.lerp_scalar_backward(get_grad(out), start, end, weight)
+        put_grad(start, g_start)
+        put_grad(end, g_end)
+        return out
+
+    @staticmethod
+    def remainder_checker(a: Any, b: Any, /) -> bool:
+        if not _float(a):
+            return False
+        if isinstance(b, TensorProxy):
+            return _float(b) and b.dtype == a.dtype
+        return isinstance(b, Number) and not isinstance(b, (bool, complex))
+
+    def remainder_execute(self, a, b, /):
+        return self.k.remainder_tensor(a, b) if isinstance(b, TensorProxy) else self.k.remainder_scalar(a, b)
+
+    def remainder_grad(self, a, b, /):
+        if isinstance(b, TensorProxy):
+            out = self.k.remainder_tensor(a, b)
+            ga, gb = self.k.remainder_backward(get_grad(out), a, b)
+            put_grad(a, ga)
+            put_grad(b, gb)
+            return out
+        out = self.k.remainder_scalar(a, b)
+        put_grad(a, self.k.remainder_scalar_backward(get_grad(out), a))
+        return out
+
+    def nextafter_execute(self, a, b, /):
+        return self.k.nextafter(a, b)
+
+    def nextafter_grad(self, a, b, /):
+        out = self.k.nextafter(a, b)
+        for t in (a, b):  # eager raises in the backward, when one of these gradients is computed
+            put_grad(t, self.k.nextafter_backward(get_grad(out), t))
+        return out
+
+    @staticmethod
+    def same_float_checker(a: Any, b: Any, /) -> bool:
+        return _float(a) and _float(b) and a.dtype == b.dtype
+
+    def zeta_execute(self, a, b, /):
+        return self.k.zeta(a, b)
+
+    def zeta_grad(self, a, b, /):
+        out = self.k.zeta(a, b)
+        put_grad(a, self.k.zeta_self_backward(get_grad(out), a))  # eager: not implemented for ``self``
+        put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
+        return out
+
+
+def _flip_dims(dims: tuple) -> tuple:
+    """``x.flip(0, 1)``, ``x.flip((0, 1))`` and ``torch.flip(x, [0])`` as one tuple of dims."""
+    return tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else tuple(dims)
+
+
+def _broadcast_shape(tensors: Sequence[TensorProxy]) -> tuple[int, ...] | None:
+    try:
+        return tuple(torch.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+    except RuntimeError:
+        return None
 
 
 #: one-input activations: ltorch symbol -> (forward op, backward op, what the backward reads,
@@ -602,6 +760,11 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.torch_max: ("max_checker", "max_execute", "max_grad"),
     ltorch.normalize: ("normalize_checker", "normalize_execute", "normalize_grad"),
     ltorch.logsumexp: ("logsumexp_checker", "logsumexp_execute", "logsumexp_grad"),
+    ltorch.flip: ("flip_checker", "flip_execute", "flip_grad"),
+    ltorch.lerp: ("lerp_checker", "lerp_execute", "lerp_grad"),
+    ltorch.remainder: ("remainder_checker", "remainder_execute", "remainder_grad"),
+    ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
+    ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
 }
 
 
