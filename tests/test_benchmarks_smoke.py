@@ -139,3 +139,30 @@ def test_real_models_prints_its_table_and_writes_its_docs_section(tmp_path):
     assert len(rows) == 1 and rows[0].count("|") == 10 and "fails" not in rows[0], proc.stdout
     written = docs.read_text()
     assert written.startswith("# Benchmarks\n\nkept text\n") and rows[0] in written
+
+
+GPU_SCRIPT = SCRIPT.with_name("gpu.py")
+
+
+def test_gpu_benchmark_smoke_run_prints_its_tables_and_writes_its_docs_section(tmp_path):
+    """benchmarks/gpu.py's CPU smoke run (tiny models, torch.compile with aot_eager): the same code the
+    lent GPU runs, so that scripts/gpu_check.sh does not meet its first error there."""
+    docs = tmp_path / "gpu.md"
+    docs.write_text("# GPU checks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(GPU_SCRIPT), "--smoke", "--models", "gpt",
+         "--variants", "eager bf16,eager fp8,torch.compile fp8,discover() fp8",
+         "--generate", "--generation-variants", "eager,discover()", "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert "failed" not in proc.stdout, proc.stdout
+    assert rows["discover() fp8"].endswith("| bit-identical |"), proc.stdout  # float8 on CPU: eager's losses
+    assert rows["eager fp8"].endswith("| (reference) |")
+    assert rows["discover()"].endswith("| equal |"), proc.stdout  # greedy tokens as eager's
+    assert "discover() fp8 step / torch.compile fp8 step" in proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# GPU checks\n\nkept text\n") and rows["discover() fp8"] in written
