@@ -18,7 +18,8 @@ own AdamW (forward + backward + step); fp8 = torchao's ``convert_to_float8_train
 Variants: eager bf16 and fp8, ``torch.compile`` bf16 and fp8 (inductor), stock ``thunder.jit`` bf16
 (thunder's default executors), ``thunder.jit(executors=thunderplug.discover())`` bf16 and fp8.
 ``--generate`` adds greedy ``generate()`` of ``--new-tokens`` tokens with a static cache on the Llama
-(eager, discover(), ``torch.compile(mode="reduce-overhead")``): tokens/s and whether the tokens equal eager's.
+(eager, discover() without and with thunder's ``CUDAGraphTransform``,
+``torch.compile(mode="reduce-overhead")``): tokens/s and whether the tokens equal eager's.
 
 ``--smoke`` is the CPU run the tests use: tiny models, two steps, torch.compile with ``aot_eager``
 (torch 2.9.1's CPU inductor miscompiles float8), memory not measured. ``--write-docs`` replaces the marked
@@ -48,7 +49,7 @@ VARIANTS = (
     "eager bf16", "eager fp8", "torch.compile bf16", "torch.compile fp8", "thunder bf16",
     "discover() bf16", "discover() fp8",
 )  # fmt: skip
-GENERATION_VARIANTS = ("eager", "discover()", "torch.compile reduce-overhead")
+GENERATION_VARIANTS = ("eager", "discover()", "discover() + CUDA graphs", "torch.compile reduce-overhead")
 
 
 @dataclass
@@ -231,6 +232,7 @@ def model_tables(model_name: str, variants: list[Variant], loss_steps: int) -> l
 def generation_table(args: argparse.Namespace) -> list[str]:
     """Greedy generate() with a static cache: tokens/s per variant, tokens against eager's."""
     import thunder
+    from thunder.transforms.cudagraph import CUDAGraphTransform
     from transformers import LlamaForCausalLM
 
     import thunderplug
@@ -246,8 +248,9 @@ def generation_table(args: argparse.Namespace) -> list[str]:
     reference = None
     for name in args.generation_variants:
         model = copy.deepcopy(base)
-        if name == "discover()":
-            model.forward = thunder.jit(model.forward, executors=thunderplug.discover())
+        if name.startswith("discover()"):
+            transforms = [CUDAGraphTransform()] if name.endswith("CUDA graphs") else []
+            model.forward = thunder.jit(model.forward, executors=thunderplug.discover(), transforms=transforms)
         elif name.startswith("torch.compile"):
             model.forward = torch.compile(model.forward, mode=None if args.smoke else "reduce-overhead")
 

@@ -43,5 +43,36 @@ cp docs/gpu.md "$OUT/gpu.md"
     echo '```'
     # issue 35's table, one process: training of both models, then greedy generation (about 5 minutes)
     timeout 330 $PY benchmarks/gpu.py --generate --write-docs --docs "$OUT/gpu.md" 2>&1 | grep -v Warning | tail -60
+    # issue 35 item 3: where do two unequal cuda:0 devices come from in static-cache generate()? (tiny Llama)
+    echo '```'
+    timeout 90 $PY - <<'PY' 2>&1 | grep -v Warning | tail -25
+import torch, thunder, thunderplug, traceback
+from thunder.core import devices, utils
+from transformers import LlamaConfig, LlamaForCausalLM
+original = utils.check_same_device
+def probing(*args, **kwargs):
+    try:
+        return original(*args, **kwargs)
+    except Exception:
+        for x in args:
+            d = getattr(x, "device", None)
+            print("device", repr(d), type(d), type(d).__module__, id(d), "cached:", id(devices.Device._cache.get((d.devicetype, d.index))))
+        print("".join(traceback.format_stack(limit=12)))
+        raise
+utils.check_same_device = probing
+torch.manual_seed(0)
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128, vocab_size=256)
+model = LlamaForCausalLM(config).cuda().eval()
+prompt = torch.randint(0, 256, (1, 8), device="cuda")
+expected = model.generate(prompt, max_new_tokens=8, do_sample=False, cache_implementation="static")
+model.forward = thunder.jit(model.forward, executors=thunderplug.discover())
+try:
+    tokens = model.generate(prompt, max_new_tokens=8, do_sample=False, cache_implementation="static")
+    print("static-cache generate under discover(): tokens equal eager's:", torch.equal(tokens, expected))
+except Exception as error:
+    print("static-cache generate under discover() failed:", type(error).__name__, str(error)[:300])
+PY
+    echo '```'
 } >"$REPORT" 2>&1
 cat "$REPORT"
