@@ -37,10 +37,10 @@ def _gpt_module():
     return module
 
 
-def _executors_with_cpu_regions() -> list:
+def _executors_with_cpu_regions(host: PluginHost | None = None) -> list:
     """discover()'s list with the CUDA regions executor where it goes on a CUDA machine (after the
     eager kernels, before ``aten``), accepting CPU tensors."""
-    executors = thunderplug.discover()
+    executors = thunderplug.discover(host=host)
     names = [executor.name for executor in executors]
     executors.insert(names.index("aten"), cuda_regions.CudaRegionExecutor(backend="aot_eager", device_type="cpu"))
     return executors
@@ -107,6 +107,31 @@ def test_float8_regions_give_eager_losses_and_gradients(float8_gpt):
         assert torch.equal(actual, expected)
         for (name, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(), strict=True):
             assert torch.equal(p.grad, q.grad), name
+
+
+def test_with_scaled_mm_as_an_aten_op_as_on_cuda_a_float8_block_is_one_region_each_way(monkeypatch):
+    """On CUDA the float8 plugin's CPU ``_scaled_mm`` declines, ``aten`` owns the matmuls and they join the
+    regions: the whole forward and the whole backward of a float8 GPT block are one region each."""
+    from thunderplug_float8 import cpu_scaled_mm
+
+    monkeypatch.setattr(cpu_scaled_mm, "scaled_mm_checker", lambda *args, **kwargs: False)
+    host = PluginHost(environ={})  # a new host registers the claims again, with the checker above
+    gpt = _gpt_module()
+    torch.manual_seed(0)
+    config = gpt.GPTConfig(layers=1, d_model=32, heads=2, seq=16, batch=2, vocab=64)
+    base = gpt.GPT(config).to(torch.bfloat16)
+    eager = convert_to_float8_training(copy.deepcopy(base))
+    jitted = thunder.jit(convert_to_float8_training(copy.deepcopy(base)), executors=_executors_with_cpu_regions(host))
+    tokens = torch.randint(0, config.vocab, (config.batch, config.seq))
+    forward, backward = _plan(jitted, tokens, tokens)
+    for trace in (forward, backward):
+        assert not _outside_regions(trace) and len(_regions(trace)) == 1
+    expected, actual = eager(tokens, tokens), jitted(tokens, tokens)
+    expected.backward()
+    actual.backward()
+    assert torch.equal(actual, expected)
+    for (name, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), name
 
 
 def test_fp32_programs_stay_op_by_op():
