@@ -12,6 +12,8 @@ own AdamW (forward + backward + step); fp8 = torchao's ``convert_to_float8_train
   rotating order, so that the machine's state hits all variants alike; the median per variant;
 * **peak memory**: one more step's ``torch.cuda.max_memory_allocated`` above what was allocated before
   it (the weights and optimizer states of every variant are resident; only the step's own tensors count);
+* **saved for backward**: on that step, the distinct storages autograd keeps from forward to backward
+  (``saved_tensors_hooks``; a float8 tensor counts its inner tensors);
 * **losses**: the first ``--loss-steps`` losses against eager's of the same precision (max relative
   difference; bf16 eager itself is not deterministic on CUDA, float8 eager is).
 
@@ -60,6 +62,7 @@ class Variant:
     times_ms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     peak_mib: float | None = None
+    saved_mib: float | None = None
     error: str | None = None
 
 
@@ -139,6 +142,29 @@ def timed(variant: Variant) -> float:
     return time.perf_counter() - start
 
 
+def _storages(tensor: torch.Tensor) -> list[torch.UntypedStorage]:
+    """The storages a saved tensor holds: a tensor subclass's inner tensors' (float8's data), recursively."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return [s for name in names for s in _storages(getattr(tensor, name))]
+    return [tensor.untyped_storage()]
+
+
+def saved_step_mib(variant: Variant) -> float:
+    """Bytes of the distinct storages autograd saves for backward during one step (what stays alive from
+    forward to backward; torch.compile's partitioner and thunder's split each decide it)."""
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        for storage in _storages(tensor):
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        variant.step()
+    return sum(saved.values()) / 2**20
+
+
 def peak_step_mib(variant: Variant) -> float | None:
     if not torch.cuda.is_available():
         return None
@@ -175,6 +201,7 @@ def train(model_name: str, args: argparse.Namespace) -> list[Variant]:
                 variant.times_ms.append(1000 * elapsed)
     for variant in running:
         variant.peak_mib = peak_step_mib(variant)
+        variant.saved_mib = saved_step_mib(variant)
     return variants
 
 
@@ -197,17 +224,19 @@ def ratio(a: float | None, b: float | None) -> str:
 def model_tables(model_name: str, variants: list[Variant], loss_steps: int) -> list[str]:
     by_name = {v.name: v for v in variants}
     step = {v.name: statistics.median(v.times_ms) if v.times_ms else None for v in variants}
-    header = "| variant | first call (s) | step (ms) | peak step memory (MiB) | losses vs eager |"
-    lines = [f"### {model_name}", "", header, "|---|---:|---:|---:|---|"]
+    header = (
+        "| variant | first call (s) | step (ms) | peak step memory (MiB) | saved for backward (MiB) | losses vs eager |"
+    )
+    lines = [f"### {model_name}", "", header, "|---|---:|---:|---:|---:|---|"]
     for v in variants:
         if v.error:
-            lines.append(f"| {v.name} | failed: `{v.error}` | | | |")
+            lines.append(f"| {v.name} | failed: `{v.error}` | | | | |")
             continue
         reference = by_name.get("eager fp8" if v.name.endswith("fp8") else "eager bf16")
         agreement = relative_difference(v.losses, reference.losses, loss_steps) if reference else "n/a"
         lines.append(
             f"| {v.name} | {fmt(v.first_call_s, '.2f')} | {fmt(step[v.name], '.1f')} | {fmt(v.peak_mib, '.0f')} "
-            f"| {'(reference)' if reference is v else agreement} |"
+            f"| {fmt(v.saved_mib, '.1f')} | {'(reference)' if reference is v else agreement} |"
         )
     mine, theirs = by_name.get("discover() fp8"), by_name.get("torch.compile fp8")
     first = [x.first_call_s if x and not x.error else None for x in (mine, theirs)]
@@ -223,6 +252,8 @@ def model_tables(model_name: str, variants: list[Variant], loss_steps: int) -> l
         f"| discover() bf16 step / torch.compile bf16 step (<= 1.0) "
         f"| {ratio(step.get('discover() bf16'), step.get('torch.compile bf16'))} |",
         f"| discover() fp8 peak memory / torch.compile fp8's (<= 1.0) | {ratio(*peak)} |",
+        f"| discover() fp8 saved for backward / torch.compile fp8's "
+        f"| {ratio(*[x.saved_mib if x and not x.error else None for x in (mine, theirs)])} |",
         f"| discover() fp8 first call / torch.compile fp8's (<= 0.2) | {ratio(*first)} |",
         "",
     ]
