@@ -87,15 +87,36 @@ def _seeded(make: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module
     return build
 
 
-def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[], torch.nn.Module]:
-    def make() -> torch.nn.Module:
-        import transformers
+#: case name -> (config class, model class, the config's arguments) of the Hugging Face cases
+HF_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {}
 
-        cfg = getattr(transformers, config_name)(**config)
-        cfg._attn_implementation = "sdpa"
-        return Loss(getattr(transformers, model_name)(cfg), "hf")
+#: the arguments the training cases add to a config: the real-model corpus trains without a KV cache
+_TRAINING_ONLY = ("use_cache",)
+
+
+def _hf(name: str, config_name: str, model_name: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    HF_MODELS[name] = (config_name, model_name, config)
+
+    def make() -> torch.nn.Module:
+        return Loss(hf_model(name, defaults=False), "hf")
 
     return _seeded(make)
+
+
+def hf_model(name: str, *, defaults: bool = True, attention: str = "sdpa") -> torch.nn.Module:
+    """The bare Hugging Face model of case ``name`` (seeded), in training mode. ``defaults``: its config keeps
+    the library's defaults for everything but the sizes and the dropout probabilities (``use_cache``,
+    ``return_dict``, ``output_attentions``...), as a user's ``LlamaConfig(...)`` does. ``attention``: the
+    attention implementation (``"eager"`` computes the attention weights ``output_attentions=True`` returns)."""
+    import transformers
+
+    config_name, model_name, config = HF_MODELS[name]
+    if defaults:
+        config = {key: value for key, value in config.items() if key not in _TRAINING_ONLY}
+    torch.manual_seed(0)
+    cfg = getattr(transformers, config_name)(**config)
+    cfg._attn_implementation = attention
+    return getattr(transformers, model_name)(cfg)
 
 
 _DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
@@ -137,21 +158,23 @@ def _thunder_litgpt() -> torch.nn.Module:
 
 
 CASES: tuple[Case, ...] = (
-    Case("hf_llama", "transformers", _hf("LlamaConfig", "LlamaForCausalLM", **_DECODER), _tokens, causal_lm=True),
-    Case("hf_qwen2", "transformers", _hf("Qwen2Config", "Qwen2ForCausalLM", **_DECODER), _tokens, causal_lm=True),
-    Case("hf_mistral", "transformers", _hf("MistralConfig", "MistralForCausalLM", **_DECODER), _tokens,
+    Case("hf_llama", "transformers", _hf("hf_llama", "LlamaConfig", "LlamaForCausalLM", **_DECODER), _tokens,
+         causal_lm=True),
+    Case("hf_qwen2", "transformers", _hf("hf_qwen2", "Qwen2Config", "Qwen2ForCausalLM", **_DECODER), _tokens,
+         causal_lm=True),
+    Case("hf_mistral", "transformers", _hf("hf_mistral", "MistralConfig", "MistralForCausalLM", **_DECODER), _tokens,
          causal_lm=True),
     Case("hf_gpt2", "transformers",
-         _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+         _hf("hf_gpt2", "GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
              n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False),
          _tokens, causal_lm=True),
     Case("hf_bert", "transformers",
-         _hf("BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+         _hf("hf_bert", "BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
              num_hidden_layers=LAYERS, num_attention_heads=HEADS, max_position_embeddings=64,
              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
          _masked_tokens),
     Case("hf_vit", "transformers",
-         _hf("ViTConfig", "ViTForImageClassification", image_size=32, patch_size=8, hidden_size=HIDDEN,
+         _hf("hf_vit", "ViTConfig", "ViTForImageClassification", image_size=32, patch_size=8, hidden_size=HIDDEN,
              intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_labels=4,
              problem_type="single_label_classification",
              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),

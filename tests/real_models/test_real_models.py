@@ -12,8 +12,8 @@ import pytest
 import thunder
 import torch
 
-from tests.real_models.cases import BY_NAME, CASES, GENERATORS, generator
-from tests.real_models.harness import compare, compiler, fresh, train
+from tests.real_models.cases import BY_NAME, CASES, GENERATORS, HF_MODELS, generator, hf_model
+from tests.real_models.harness import assert_same_output, compare, compiler, fresh, output_and_grads, train
 from thunderplug.functorch_transforms import leave_levels_above
 
 transformers = pytest.importorskip("transformers")
@@ -79,6 +79,54 @@ def test_fp32_training_under_stock_thunder(name, eager_runs):
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "stock"), expected)
     if agreement.worst > FP32_TOLERANCE:
         pytest.xfail(f"stock thunder drifts from eager: {agreement.worst:.1e} at {agreement.where}")
+
+
+#: how a user calls a model whose config keeps the library's defaults (``use_cache=True``: causal LMs return a
+#: ``DynamicCache``, in training too) -> (call options, training mode, attention implementation)
+DEFAULT_CONFIG_CALLS = {
+    "training": ({}, True, "sdpa"),
+    "inference": ({}, False, "sdpa"),
+    "tuples": ({"return_dict": False}, True, "sdpa"),
+    "attentions": ({"output_attentions": True}, True, "eager"),  # sdpa computes no attention weights
+}
+
+
+_CACHE = "the causal LM returns a DynamicCache (`use_cache=True`), which thunder 0.2.6 cannot return"
+#: what fails until thunderplug patches thunder for it (issue 36 item 1: thunder cannot return an object the
+#: function made, reads no class's own ``__getattribute__``, refuses a slice start below minus the length)
+_NEEDS_CORE_FIXES: dict[str, tuple[type[Exception], str]] = {
+    "hf_llama": (NotImplementedError, _CACHE),
+    "hf_qwen2": (NotImplementedError, _CACHE),
+    "hf_mistral": (RuntimeError, "Mistral's sliding-window cache slices [-4095:] of 16 positions, which thunder "
+                                 "0.2.6 refuses"),
+    "hf_gpt2": (AttributeError, "GPT-2's DynamicCache reads config.num_hidden_layers, mapped by its config's own "
+                                "__getattribute__, which thunder 0.2.6's interpreter never calls"),
+}
+
+#: the default run's share (the full run: every HF case in every call, about 10 minutes on 2 CPU cores)
+DEFAULT_CONFIG_SELECTED = (("hf_llama", "training"), ("hf_llama", "inference"), ("hf_bert", "attentions"))
+
+
+def _default_config_cases() -> list:
+    return [pytest.param(name, call, id=f"{name}-{call}") for name in HF_MODELS for call in DEFAULT_CONFIG_CALLS
+            if ALL or (name, call) in DEFAULT_CONFIG_SELECTED]
+
+
+@pytest.mark.parametrize(("name", "call"), _default_config_cases())
+def test_default_config_under_discover(name, call, request):
+    """The bare model (no loss wrapper), its config's defaults kept but sizes and dropout, called with its
+    labels: every leaf of its output (the loss, the logits, the cache's classes, keys and values, the
+    attention weights) and every parameter's gradient from all of them, as eager's. Bit for bit, but the
+    attention weights' gradients: their sums in the softmax's backward differ by ulps (6.5e-9 on hf_bert)."""
+    if name in _NEEDS_CORE_FIXES:
+        error, reason = _NEEDS_CORE_FIXES[name]
+        request.applymarker(pytest.mark.xfail(strict=True, raises=error, reason=reason))
+    options, training, attention = DEFAULT_CONFIG_CALLS[call]
+    model = hf_model(name, attention=attention).train(training)
+    batch = BY_NAME[name].batch()
+    expected = output_and_grads(fresh(model), "eager", batch, **options)
+    actual = output_and_grads(fresh(model), "discover", batch, **options)
+    assert_same_output(actual, expected, tolerance=FP32_TOLERANCE if call == "attentions" else 0.0)
 
 
 def _float8(model: torch.nn.Module) -> torch.nn.Module:
