@@ -433,7 +433,9 @@ def runner(overload: OpOverload) -> Callable[..., Any]:
         return overload
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        return overload(*torch_pytree.tree_map(to_torch_value, args), **torch_pytree.tree_map(to_torch_value, kwargs))
+        # ATen schemas take a dtype or device only as a whole argument (never inside a list), so the top
+        # level is converted; no pytree walk, which also keeps the call traceable by Dynamo (regions)
+        return overload(*map(to_torch_value, args), **{name: to_torch_value(v) for name, v in kwargs.items()})
 
     return run
 
