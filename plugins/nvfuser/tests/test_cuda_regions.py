@@ -96,17 +96,22 @@ def test_float8_block_runs_as_regions_between_its_matmuls(float8_gpt):
     assert _float8_casts(bsym for bsym in forward.bound_symbols if not bsym.sym.is_fusion) == 0
 
 
-def test_float8_regions_give_eager_losses_and_gradients(float8_gpt):
-    eager, jitted, tokens, targets, _ = float8_gpt
-    for _ in range(2):
+def _assert_eager_steps(eager, jitted, *args, steps: int = 1) -> None:
+    """Each step's loss and every parameter's gradient bit-identical to eager's."""
+    for _ in range(steps):
         for model in (eager, jitted):
             model.zero_grad()
-        expected, actual = eager(tokens, targets), jitted(tokens, targets)
+        expected, actual = eager(*args), jitted(*args)
         expected.backward()
         actual.backward()
         assert torch.equal(actual, expected)
         for (name, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(), strict=True):
             assert torch.equal(p.grad, q.grad), name
+
+
+def test_float8_regions_give_eager_losses_and_gradients(float8_gpt):
+    eager, jitted, tokens, targets, _ = float8_gpt
+    _assert_eager_steps(eager, jitted, tokens, targets, steps=2)
 
 
 def test_with_scaled_mm_as_an_aten_op_as_on_cuda_a_float8_block_is_one_region_each_way(monkeypatch):
@@ -126,12 +131,7 @@ def test_with_scaled_mm_as_an_aten_op_as_on_cuda_a_float8_block_is_one_region_ea
     forward, backward = _plan(jitted, tokens, tokens)
     for trace in (forward, backward):
         assert not _outside_regions(trace) and len(_regions(trace)) == 1
-    expected, actual = eager(tokens, tokens), jitted(tokens, tokens)
-    expected.backward()
-    actual.backward()
-    assert torch.equal(actual, expected)
-    for (name, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(), strict=True):
-        assert torch.equal(p.grad, q.grad), name
+    _assert_eager_steps(eager, jitted, tokens, tokens)
 
 
 def test_fp32_programs_stay_op_by_op():

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from thunder.core import devices, dtypes, prims, utils
+from thunder.core import dtypes, prims, utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.proxies import Proxy, TensorProxy, unvariableify
 from thunder.core.pytree import tree_map
@@ -38,6 +38,8 @@ from thunder.executors.passes import update_fusion_call_ctx
 from thunder.executors.torch_compile import TorchCompileExecutor
 from thunder.executors.torchex import no_autocast
 from thunder.executors.utils import Region
+
+from thunderplug.tracing.fake import to_torch_value
 
 NAME = "torchcompile_cuda"
 
@@ -104,18 +106,10 @@ def is_low_precision(bsyms: Sequence[BoundSymbol]) -> bool:
     return any(dtypes.to_dtype(t.dtype) in _LOW_PRECISION for bsym in bsyms for t in _tensors(bsym))
 
 
-def _torch_constant(value: Any) -> Any:
-    if isinstance(value, dtypes.dtype):
-        return dtypes.to_torch_dtype(value)
-    if isinstance(value, devices.Device):
-        return devices.to_torch_device(value)
-    return value
-
-
 def _with_torch_constants(bsym: BoundSymbol) -> BoundSymbol:
     """``bsym`` with thunder's dtype and device objects as torch's: the implementations convert
     them through dicts keyed by thunder's objects, which Dynamo cannot trace."""
-    return bsym.from_bsym(args=tree_map(_torch_constant, bsym.args), kwargs=tree_map(_torch_constant, bsym.kwargs))
+    return bsym.from_bsym(args=tree_map(to_torch_value, bsym.args), kwargs=tree_map(to_torch_value, bsym.kwargs))
 
 
 def compile_region(
