@@ -6,13 +6,14 @@ the cases in DEFAULT (float8 and quantized on fewer); THUNDERPLUG_REAL_MODELS=1 
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import pytest
 import thunder
 import torch
 
-from tests.real_models.cases import BY_NAME, CASES, GENERATORS, HF_MODELS, generator, hf_model
+from tests.real_models.cases import BY_NAME, CASES, FAMILIES, GENERATORS, HF_MODELS, generator, hf_model
 from tests.real_models.harness import assert_same_output, compare, compiler, fresh, output_and_grads, train
 from thunderplug.functorch_transforms import leave_levels_above
 
@@ -34,6 +35,14 @@ STOCK_FAILS = {
     name: "transformers' output capturing sets a global (`AssertionError: trying to set .global_var`)"
     for name in ("hf_llama", "hf_qwen2", "hf_mistral", "hf_gpt2", "hf_bert", "hf_vit")
 }
+STOCK_FAILS.update({  # issue 36's families, measured with transformers 5.25
+    **{name: "transformers' output capturing sets a global (`AssertionError: trying to set .global_var`)"
+       for name in ("hf_gemma", "hf_gemma2", "hf_phi3", "hf_gpt_neox", "hf_opt", "hf_t5", "hf_bart", "hf_roberta",
+                    "hf_distilbert")},
+    "hf_deberta_v2": "an `AssertionError` without a message while tracing",
+    "hf_swin": "its loss's `binary_cross_entropy_with_logits` is auto-registered and fails on the target's shape",
+    "hf_mixtral": "`transformers.grouped_mm_fallback` is a custom op thunder has not registered (`InterpreterError`)",
+})
 if transformers.__version__.startswith("4."):  # measured with transformers 4.57.6 (README, "Torch versions")
     STOCK_FAILS = {
         **{name: "transformers 4's attention masks use torch.vmap, which stock thunder cannot trace "
@@ -43,8 +52,12 @@ if transformers.__version__.startswith("4."):  # measured with transformers 4.57
     }
 
 
-def _cases(selected: tuple[str, ...] = DEFAULT) -> list:
-    return [pytest.param(case.name, id=case.name) for case in CASES if ALL or case.name in selected]
+def _cases(selected: tuple[str, ...] = DEFAULT, families: bool = False) -> list:
+    """The cases a test runs: all of them with THUNDERPLUG_REAL_MODELS=1 (issue 36's families only where
+    ``families``), else ``selected``."""
+    families = families and not transformers.__version__.startswith("4.")  # measured under transformers 5
+    return [pytest.param(case.name, id=case.name) for case in CASES
+            if (ALL and (families or case.name not in FAMILIES)) or case.name in selected]
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +74,52 @@ def _eager(eager_runs, name: str, prepare=lambda model: model):
     return eager_runs[key]
 
 
-@pytest.mark.parametrize("name", _cases())
+#: issue 36's families where discover() is not (yet) eager's, as measured (transformers 5.25); aot_eager is
+#: bit-identical on each of them. ``fails``: the error the compilation or the comparison raises
+DISCOVER_GAPS = {
+    "hf_bart": "drifts from eager: 1.2e-05 at final model.model.decoder.layers.0.self_attn.k_proj.bias",
+    "hf_deberta_v2": "drifts from eager: 8.3e-06 at final model.deberta.encoder.layer.0.attention.self.key_proj.bias",
+}
+DISCOVER_FAILS = {
+    "hf_mixtral": (TypeError, "thunder's torch._grouped_mm takes no `offs` (transformers' grouped experts)"),
+    "hf_t5": (AssertionError, "the relative attention bias embeddings get no gradient (silently wrong: eager's "
+                              "are nonzero)"),
+    "hf_swin": (AssertionError, "the relative position bias tables get no gradient (silently wrong: eager's are "
+                                "nonzero)"),
+}
+
+
+@pytest.mark.parametrize("name", _cases(families=True))
 def test_fp32_training_under_discover(name, eager_runs):
+    if name in DISCOVER_FAILS:
+        error, reason = DISCOVER_FAILS[name]
+        with pytest.raises(error):
+            model, expected = _eager(eager_runs, name)
+            compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
+        pytest.xfail(f"discover(): {reason}")
     model, expected = _eager(eager_runs, name)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
+    if name in DISCOVER_GAPS:
+        assert not agreement.bit_identical and agreement.worst <= 2 * FP32_TOLERANCE, agreement
+        pytest.xfail(f"discover() {DISCOVER_GAPS[name]} (measured: {agreement.worst:.1e} at {agreement.where})")
     assert agreement.bit_identical, agreement
 
 
-@pytest.mark.parametrize("name", _cases(("thunder_nanogpt",)))  # hf_llama's failure: 3 minutes loaded; full run
+@pytest.mark.skipif(not ALL, reason="THUNDERPLUG_REAL_MODELS=1 runs it (issue 36's families, about 3 minutes)")
+@pytest.mark.parametrize("name", [name for name in FAMILIES if not transformers.__version__.startswith("4.")])
+def test_fp32_training_under_aot_eager(name, eager_runs):
+    """The reference for DISCOVER_GAPS: torch.compile's aot_eager, bit-identical to eager on every family but
+    Phi-3 and Mixtral, which drift (measured: 6.6e-06 at the final qkv_proj of layer 0; 1.3e-05 at its experts'
+    gate_up_proj)."""
+    model, expected = _eager(eager_runs, name)
+    agreement = compare(train(fresh(model), BY_NAME[name].batch(), "aot_eager"), expected)
+    if name in ("hf_phi3", "hf_mixtral"):
+        assert not agreement.bit_identical and agreement.worst <= 2 * FP32_TOLERANCE, agreement
+        pytest.xfail(f"aot_eager drifts from eager: {agreement.worst:.1e} at {agreement.where}")
+    assert agreement.bit_identical, agreement
+
+
+@pytest.mark.parametrize("name", _cases(("thunder_nanogpt",), families=True))  # hf_llama's: 3 minutes; full run
 def test_fp32_training_under_stock_thunder(name, eager_runs):
     model, expected = _eager(eager_runs, name)
     if name in STOCK_FAILS:
@@ -109,7 +160,7 @@ DEFAULT_CONFIG_SELECTED = (("hf_llama", "training"), ("hf_llama", "inference"), 
 
 def _default_config_cases() -> list:
     return [pytest.param(name, call, id=f"{name}-{call}") for name in HF_MODELS for call in DEFAULT_CONFIG_CALLS
-            if ALL or (name, call) in DEFAULT_CONFIG_SELECTED]
+            if name not in FAMILIES and (ALL or (name, call) in DEFAULT_CONFIG_SELECTED)]
 
 
 @pytest.mark.parametrize(("name", "call"), _default_config_cases())
@@ -189,8 +240,9 @@ def _static_cache(model: torch.nn.Module, batch: int, length: int):
 
 
 PROMPT, NEW_TOKENS = 8, 16
-#: generate()'s argument for a cache the caller made (transformers 5 renamed it)
-_CACHE_ARGUMENT = "past_key_values" if transformers.__version__.startswith("4.") else "cache"
+#: generate()'s argument for a cache the caller made
+_CACHE_ARGUMENT = ("cache" if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
+                   else "past_key_values")  # 5.24 renamed it
 
 
 def _generate(model: torch.nn.Module, compile_with: str, preallocated: bool) -> tuple[torch.Tensor, int]:
