@@ -428,3 +428,92 @@ def test_a_function_written_on_an_argument_is_refused_by_name():
 def test_stock_thunder_fails_on_a_function_written_on_an_argument():
     with pytest.raises(AssertionError, match="trying to set .transform"):
         thunder.jit(_set_a_function)(torch.randn(3), _LazyBuffer())
+
+
+class _Layer:
+    """A plain object holding tensors (transformers' ``DynamicLayer``)."""
+
+    def __init__(self):
+        self.keys, self.values, self.is_initialized = None, None, False
+
+    def update(self, keys, values):
+        self.keys, self.values, self.is_initialized = keys, values, True
+
+
+class _LayeredCache:
+    def __init__(self, layers):
+        self.layers = [_Layer() for _ in range(layers)]
+        self.offloading = False
+
+
+def _returns_a_cache(x, w):
+    cache = _LayeredCache(2)
+    for i, layer in enumerate(cache.layers):
+        layer.update(x * w * (i + 1), x.sin())
+    return (x @ w).sum(), cache
+
+
+def test_an_object_made_inside_and_returned_as_eager():
+    """transformers' ``DynamicCache`` (``use_cache=True``, also in training): returned as a new instance of its
+    class holding the computed tensors, which carry their gradients."""
+    x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+    for call in (_returns_a_cache, thunder.jit(_returns_a_cache, executors=thunderplug.discover())):
+        result = call(x, w)
+        cache = result[1]
+        assert type(cache) is _LayeredCache and [type(layer) for layer in cache.layers] == [_Layer, _Layer]
+        assert cache.offloading is False and all(layer.is_initialized for layer in cache.layers)
+        total = result[0] + sum((layer.keys * 2 + layer.values).sum() for layer in cache.layers)
+        grads = torch.autograd.grad(total, [x, w])
+        if call is _returns_a_cache:
+            expected, expected_grads = result, grads
+    for layer, eager_layer in zip(cache.layers, expected[1].layers, strict=True):
+        assert torch.equal(layer.keys, eager_layer.keys) and torch.equal(layer.values, eager_layer.values)
+    assert all(torch.equal(a, e) for a, e in zip(grads, expected_grads, strict=True))
+
+
+def test_stock_thunder_fails_on_an_object_made_inside_and_returned():
+    with pytest.raises(NotImplementedError, match="unhandled value of type"):
+        thunder.jit(_returns_a_cache)(torch.randn(4, 4), torch.randn(4, 4))
+
+
+def _sliding_window(x):
+    return x[:, -4095:] * 2 + x[:, :-4095].sum()  # keeps all of a length-16 dim, as Python slices do
+
+
+def test_slice_bounds_below_minus_the_length_as_eager():
+    _assert_bit_identical(_sliding_window, torch.randn(3, 16, requires_grad=True))
+
+
+def test_stock_thunder_refuses_slice_bounds_below_minus_the_length():
+    with pytest.raises(RuntimeError, match="not a valid index"):
+        thunder.jit(_sliding_window)(torch.randn(3, 16))
+
+
+class _MappedConfig:
+    """A config mapping standard names onto its own in ``__getattribute__`` (transformers' ``attribute_map``)."""
+
+    attribute_map = {"num_hidden_layers": "n_layer"}
+
+    def __init__(self):
+        self.n_layer = 3
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+_CONFIG = _MappedConfig()
+
+
+def _scaled_by_the_config(x):
+    return x * _CONFIG.num_hidden_layers + _CONFIG.n_layer
+
+
+def test_a_config_attribute_map_as_eager():
+    _assert_bit_identical(_scaled_by_the_config, torch.randn(3, requires_grad=True))
+
+
+def test_stock_thunder_fails_on_a_config_attribute_map():
+    with pytest.raises(AttributeError, match="num_hidden_layers"):
+        thunder.jit(_scaled_by_the_config)(torch.randn(3))

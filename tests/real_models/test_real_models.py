@@ -142,18 +142,6 @@ DEFAULT_CONFIG_CALLS = {
 }
 
 
-_CACHE = "the causal LM returns a DynamicCache (`use_cache=True`), which thunder 0.2.6 cannot return"
-#: what fails until thunderplug patches thunder for it (issue 36 item 1: thunder cannot return an object the
-#: function made, reads no class's own ``__getattribute__``, refuses a slice start below minus the length)
-_NEEDS_CORE_FIXES: dict[str, tuple[type[Exception], str]] = {
-    "hf_llama": (NotImplementedError, _CACHE),
-    "hf_qwen2": (NotImplementedError, _CACHE),
-    "hf_mistral": (RuntimeError, "Mistral's sliding-window cache slices [-4095:] of 16 positions, which thunder "
-                                 "0.2.6 refuses"),
-    "hf_gpt2": (AttributeError, "GPT-2's DynamicCache reads config.num_hidden_layers, mapped by its config's own "
-                                "__getattribute__, which thunder 0.2.6's interpreter never calls"),
-}
-
 #: the default run's share (the full run: every HF case in every call, about 10 minutes on 2 CPU cores)
 DEFAULT_CONFIG_SELECTED = (("hf_llama", "training"), ("hf_llama", "inference"), ("hf_bert", "attentions"))
 
@@ -164,14 +152,11 @@ def _default_config_cases() -> list:
 
 
 @pytest.mark.parametrize(("name", "call"), _default_config_cases())
-def test_default_config_under_discover(name, call, request):
+def test_default_config_under_discover(name, call):
     """The bare model (no loss wrapper), its config's defaults kept but sizes and dropout, called with its
     labels: every leaf of its output (the loss, the logits, the cache's classes, keys and values, the
     attention weights) and every parameter's gradient from all of them, as eager's. Bit for bit, but the
     attention weights' gradients: their sums in the softmax's backward differ by ulps (6.5e-9 on hf_bert)."""
-    if name in _NEEDS_CORE_FIXES:
-        error, reason = _NEEDS_CORE_FIXES[name]
-        request.applymarker(pytest.mark.xfail(strict=True, raises=error, reason=reason))
     options, training, attention = DEFAULT_CONFIG_CALLS[call]
     model = hf_model(name, attention=attention).train(training)
     batch = BY_NAME[name].batch()

@@ -341,6 +341,121 @@ def process_recorded_modifications(original: Callable[..., Any], active: Callabl
     return replacement
 
 
+def _rebuild_object(cls: type, attributes: dict) -> Any:
+    obj = cls.__new__(cls)
+    obj.__dict__.update(attributes)
+    return obj
+
+
+_rebuilding = threading.local()
+
+
+def build_objects_made_inside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder rebuilds the function's result after the computation (in its epilogue) from tensors, numbers,
+    strings, containers and dataclasses, and fails on any other object the function made and returns
+    (``NotImplementedError: unhandled value of type DynamicCache``: transformers' causal LMs return their
+    KV cache under the config's default ``use_cache=True``, in training too). Such an object of a plain
+    Python class (not a module, function, class or tensor) is rebuilt as eager returns it: a new instance of
+    its class (``__new__``, not ``__init__``) whose ``__dict__`` holds its attributes, each rebuilt the same
+    way (the cache's layers and their key and value tensors, outputs of the computation). An object reached
+    twice in the result is rebuilt twice (two objects where eager has one); one that holds itself is refused."""
+    from thunder.core import baseutils, codeutils, devices, dtypes
+    from thunder.core.jit_ext import should_register_for_prologue
+    from thunder.core.proxies import AnyProxy
+    from thunder.core.symbol import Symbol
+    from thunder.core.trace import get_tracectx
+
+    rebuild = Symbol(name="thunderplug_rebuild_object", meta=None, id="thunderplug.rebuild_object", is_prim=True)
+    not_objects = (ProxyInterface, codeutils.ContextObject, torch.finfo, dtypes.dtype, devices.Device, tuple, list,
+                   dict, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                   torch.nn.Module, torch.Tensor)
+
+    def rebuildable(wrapped: Any) -> bool:
+        if hasattr(wrapped, "anyproxy") or should_register_for_prologue(wrapped.provenance):
+            return False
+        value = unwrap(wrapped)
+        return not (
+            isinstance(value, not_objects) or type(value) in (str, object) or baseutils.is_base_printable(value)
+            or dataclasses.is_dataclass(value) or baseutils.is_collection(value)
+            or not isinstance(getattr(value, "__dict__", None), dict)
+        )
+
+    def replacement(wrapped: Any) -> Any:
+        if not active() or not rebuildable(wrapped):
+            return original(wrapped)
+        value = unwrap(wrapped)
+        rebuilding = _rebuilding.__dict__.setdefault("ids", set())
+        if id(value) in rebuilding:
+            raise NotImplementedError(
+                f"thunderplug: the jitted function returns a {type(value).__qualname__} that holds itself; thunder "
+                "0.2.6 rebuilds returned objects after the compiled call and cannot rebuild a cycle. Return its "
+                "tensors instead"
+            )
+        rebuilding.add(id(value))
+        try:
+            attributes = {
+                key: replacement(wrapped.attribute_wrappers[key]) if key in wrapped.attribute_wrappers else item
+                for key, item in value.__dict__.items()
+            }
+        finally:
+            rebuilding.discard(id(value))
+        output = AnyProxy(None)
+        get_tracectx().bound_symbols.append(
+            rebuild.bind(type(value), attributes, output=output, _call_ctx={rebuild.name: _rebuild_object})
+        )
+        return output
+
+    return replacement
+
+
+def slices_clamped(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``t[-4095:]`` of a dimension of 16 is all of it in Python and torch (a slice's start or stop below
+    ``-length`` is clamped to 0); thunder's basic indexing refuses it (``start=-4095 is not a valid index for
+    length 16``: transformers' sliding-window cache keeps ``[-sliding_window + 1:]`` of its keys, Mistral's
+    default window being 4096). Such a bound is given to thunder as 0."""
+    from thunder.core.proxies import NumberProxy
+
+    def clamped(bound: Any, length: int) -> Any:
+        return 0 if type(bound) is int and bound < -length else bound
+
+    def replacement(a: Any, /, key: Any) -> Any:
+        if not active() or not isinstance(key, list) or Ellipsis in key:
+            return original(a, key)
+        new_key, dim = [], 0
+        for item in key:
+            if isinstance(item, slice) and dim < a.ndim and isinstance(a.shape[dim], int):
+                item = slice(clamped(item.start, a.shape[dim]), clamped(item.stop, a.shape[dim]), item.step)
+            if item is not None and not isinstance(item, NumberProxy | slice | int):
+                return original(a, key)
+            dim += item is not None
+            new_key.append(item)
+        return original(a, new_key)
+
+    return replacement
+
+
+def config_attribute_map_getattr(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's interpreter reads an attribute as ``object.__getattribute__`` does and never calls a class's own
+    ``__getattribute__``; transformers' configs map standard names onto their own through one
+    (``GPT2Config().num_hidden_layers`` is ``n_layer``: ``attribute_map``), so ``config.num_hidden_layers``
+    failed with ``AttributeError`` (GPT-2 under ``use_cache=True``, whose ``DynamicCache(config=...)`` reads it).
+    A name in the ``attribute_map`` of an object whose class overrides ``__getattribute__`` is read under the
+    name it maps to, as that ``__getattribute__`` does."""
+
+    def replacement(obj: Any, name: Any, *default: Any) -> Any:
+        if active():
+            value, key = unwrap(obj), unwrap(name)
+            mapping = getattr(type(value), "attribute_map", None)
+            if (
+                type(value).__getattribute__ is not object.__getattribute__
+                and isinstance(mapping, dict) and isinstance(key, str) and key != "attribute_map" and key in mapping
+            ):
+                name = wrap_const(mapping[key])
+        return original(obj, name, *default)
+
+    return replacement
+
+
 def _replay_plain_attributes(attributes: Any, modifications: list, epilogue_trace: Any) -> list:
     """thunder replays an attribute write only when the value is a proxy, a number, a tuple, ``None`` or a
     device, and fails (``AssertionError``) on a dtype or a string: transformers 4.57's ``StaticCache``

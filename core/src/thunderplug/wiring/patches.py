@@ -19,6 +19,7 @@ from typing import Any
 import thunder
 import thunder.torch as ltorch
 import torch
+from thunder import clang
 from thunder.core import interpreter, jit_ext, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
@@ -599,6 +600,33 @@ PATCHES: tuple[Patch, ...] = (
         "`StaticCache` allocated in the first compiled call) failed with `AssertionError`: such writes are replayed "
         "as torch values; a value thunder cannot replay (a function: transformers 4.57's wrapped `forward`) is "
         "refused with `NotImplementedError` naming the attribute (`self.model.layers[0].forward`).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "objects made inside and returned", jit_ext, "build_value_from_wrapped",
+        lambda original: fixes.build_objects_made_inside(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: a result holding an object of a plain class that the function made (transformers' "
+        "`DynamicCache`, which causal LMs return under the config's default `use_cache=True`, in training too) "
+        "failed with `NotImplementedError: unhandled value of type`: it is rebuilt after the call, a new instance "
+        "of its class whose attributes are the values the function left (the cache's key and value tensors).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "slice bounds clamped", clang, "_basic_indexing",
+        lambda original: fixes.slices_clamped(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: a slice bound below minus the dimension's length (`t[-4095:]` of 16 rows: transformers' "
+        "sliding-window cache under Mistral's default window of 4096) is refused (`start=-4095 is not a valid "
+        "index`); torch clamps it to 0, and so does this.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "config attribute_map getattr", _LOOKASIDES, getattr,
+        lambda original: fixes.config_attribute_map_getattr(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: the interpreter never calls a class's own `__getattribute__`, so a transformers config's "
+        "mapped name (`GPT2Config().num_hidden_layers`, which is `n_layer`) failed with `AttributeError` (GPT-2 "
+        "with its default `use_cache=True`); a name in the `attribute_map` of such a class is read as the name "
+        "it maps to.",
         features=("wiring.fixes",),
     ),
     Patch(
