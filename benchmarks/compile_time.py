@@ -22,7 +22,7 @@ Variants: fp8 eager; ``torch.compile(model, backend="aot_eager")``; ``torch.comp
 backend="aot_eager")`` on each block (torchtitan's ``apply_compile``: Dynamo reuses one graph for
 all blocks); plain ``thunder.jit(model)`` (fp32: stock thunder cannot run the fp8 model);
 ``thunder.jit(model, executors=thunderplug.discover())`` (its repeated blocks compiled once, as
-regions: ``thunderplug.regions``); the same with ``thunderplug_regions=False`` (the whole model in one
+regions: ``thunderplug.caching.regions``); the same with ``thunderplug_regions=False`` (the whole model in one
 trace, as before regions); ``thunder.jit(block, executors=...)`` on each block; fp32 eager (plain
 thunder's reference).
 

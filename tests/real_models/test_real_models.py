@@ -15,7 +15,7 @@ import torch
 
 from tests.real_models.cases import BY_NAME, CASES, FAMILIES, GENERATORS, HF_MODELS, generator, hf_model
 from tests.real_models.harness import assert_same_output, compare, compiler, fresh, output_and_grads, train
-from thunderplug.functorch_transforms import leave_levels_above
+from thunderplug.eager.functorch_transforms import leave_levels_above
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("litgpt")

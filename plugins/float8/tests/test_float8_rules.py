@@ -9,7 +9,7 @@ import thunderplug
 pytest.importorskip("torchao.float8")
 from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig, hp_tensor_and_scale_to_float8  # noqa: E402
 
-from thunderplug.explain import explain  # noqa: E402
+from thunderplug.commands.explain import explain  # noqa: E402
 from thunderplug_float8.rules import EagerFloat8MM  # noqa: E402
 
 
@@ -85,7 +85,7 @@ def test_float8_training_with_cpu_fusion_keeps_fp8_out_of_inductor(monkeypatch):
 def test_explain_a_float8_mlp():
     from torchao.float8 import convert_to_float8_training
 
-    from thunderplug.explain import explain
+    from thunderplug.commands.explain import explain
 
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
     jitted = thunder.jit(convert_to_float8_training(model), executors=thunderplug.discover())
