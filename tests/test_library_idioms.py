@@ -476,6 +476,48 @@ def test_stock_thunder_fails_on_an_object_made_inside_and_returned():
         thunder.jit(_returns_a_cache)(torch.randn(4, 4), torch.randn(4, 4))
 
 
+def _returns_a_cache_in_dict_literals(x, w):
+    cache = _LayeredCache(2)
+    for i, layer in enumerate(cache.layers):
+        layer.update(x * w * (i + 1), x.sin())
+    name = "cache"
+    # BUILD_CONST_KEY_MAP, BUILD_MAP (a key computed), a repeated key (the last value wins), nested
+    return {"loss": (x @ w).sum(), "cache": cache}, {name: cache, "loss": x.sum(), "loss": w.sum()}, {"d": {1: cache}}  # noqa: F601
+
+
+def _cache_total(result) -> torch.Tensor:
+    caches = (result[0]["cache"], result[1]["cache"], result[2]["d"][1])
+    return result[0]["loss"] + result[1]["loss"] + sum(
+        (layer.keys * (i + 2) + layer.values).sum() for i, cache in enumerate(caches) for layer in cache.layers
+    )
+
+
+def test_an_object_returned_in_a_dict_literal_as_eager():
+    """``return {"cache": cache}``: thunder's dict literal forgot its items, and the cache reached the caller
+    holding proxies (silently); it is rebuilt holding the computed tensors, with their gradients."""
+    x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+    expected = _returns_a_cache_in_dict_literals(x, w)
+    expected_grads = torch.autograd.grad(_cache_total(expected), [x, w])
+    result = thunder.jit(_returns_a_cache_in_dict_literals, executors=thunderplug.discover())(x, w)
+    assert [list(d) for d in result] == [list(d) for d in expected]
+    for cache, eager_cache in zip((result[0]["cache"], result[1]["cache"], result[2]["d"][1]),
+                                  (expected[0]["cache"], expected[1]["cache"], expected[2]["d"][1]), strict=True):
+        assert type(cache) is _LayeredCache
+        for layer, eager_layer in zip(cache.layers, eager_cache.layers, strict=True):
+            assert type(layer.keys) is torch.Tensor and torch.equal(layer.keys, eager_layer.keys)
+            assert torch.equal(layer.values, eager_layer.values)
+    assert torch.equal(result[1]["loss"], expected[1]["loss"])
+    grads = torch.autograd.grad(_cache_total(result), [x, w])
+    assert all(torch.equal(a, e) for a, e in zip(grads, expected_grads, strict=True))
+
+
+def test_stock_thunder_returns_proxies_in_a_dict_literal():
+    from thunder.core.proxies import TensorProxy
+
+    result = thunder.jit(_returns_a_cache_in_dict_literals)(torch.randn(4, 4), torch.randn(4, 4))
+    assert isinstance(result[0]["cache"].layers[0].keys, TensorProxy)  # silently wrong
+
+
 def _sliding_window(x):
     return x[:, -4095:] * 2 + x[:, :-4095].sum()  # keeps all of a length-16 dim, as Python slices do
 

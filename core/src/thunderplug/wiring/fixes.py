@@ -408,6 +408,38 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
     return replacement
 
 
+def dict_literals_keep_their_items(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's handlers of ``BUILD_MAP`` and ``BUILD_CONST_KEY_MAP`` (``{"cache": cache, "y": y}``) build the
+    dict from unwrapped values and forget each item's wrapper, as ``dict(cache=cache)`` and the list and tuple
+    literals do not; the result is rebuilt after the call from its items' wrappers, so an object the function
+    made and returns in such a dict (a cache holding tensors) reached the caller as it was during tracing,
+    holding proxies where eager has tensors. The dict keeps its items' wrappers here, as thunder's keyword-argument
+    dicts do."""
+    from thunder.core.interpreter import ProvenanceRecord, get_interpretercompilectx, wrap
+
+    def build_map_handler(inst: Any, /, **state: Any) -> Any:
+        stack = state["stack"]
+        if not active() or not get_interpretercompilectx()._with_provenance_tracking:
+            return original(inst, **state)
+        if inst.opname == "BUILD_CONST_KEY_MAP":
+            keys = [wrap_const(key) for key in stack.pop()]
+            values = list(reversed([stack.pop_wrapped() for _ in range(inst.arg)]))
+        else:
+            pairs = list(reversed([(stack.pop_wrapped(), stack.pop_wrapped()) for _ in range(inst.arg)]))
+            keys, values = [key for _, key in pairs], [value for value, _ in pairs]
+        items, item_wrappers, key_wrappers = {}, {}, {}
+        for key, value in zip(keys, values, strict=True):  # a repeated key: the last value wins, as in Python
+            items[key.value] = value.value
+            item_wrappers[key.value], key_wrappers[key.value] = value, key
+        inputs = [record for key, value in zip(keys, values) for record in (key.provenance, value.provenance)]
+        result = wrap(items, provenance=ProvenanceRecord(inst, inputs=inputs))
+        result.item_wrappers, result.key_wrappers = item_wrappers, key_wrappers
+        stack.append(result)
+        return None
+
+    return build_map_handler
+
+
 def slices_clamped(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """``t[-4095:]`` of a dimension of 16 is all of it in Python and torch (a slice's start or stop below
     ``-length`` is clamped to 0); thunder's basic indexing refuses it (``start=-4095 is not a valid index for

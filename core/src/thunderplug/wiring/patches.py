@@ -611,6 +611,19 @@ PATCHES: tuple[Patch, ...] = (
         "of its class whose attributes are the values the function left (the cache's key and value tensors).",
         features=("wiring.fixes",),
     ),
+    *(
+        Patch(
+            f"dict literals keep their items ({opname})", default_opcode_handler_map(), opname,
+            lambda original: fixes.dict_literals_keep_their_items(original, _compiling_with_core),
+            "discover() compilations",
+            "thunder bug: a dict literal (`{'cache': cache}`) forgot its items' wrappers, so an object the function "
+            "made and returned in it (a cache) reached the caller holding proxies where eager has tensors "
+            "(silently); the dict keeps them, as thunder's `dict(...)` and list and tuple literals do, and the "
+            "object is rebuilt as in 'objects made inside and returned'.",
+            features=("wiring.fixes",),
+        )
+        for opname in ("BUILD_MAP", "BUILD_CONST_KEY_MAP")
+    ),
     Patch(
         "slice bounds clamped", clang, "_basic_indexing",
         lambda original: fixes.slices_clamped(original, _compiling_with_core), "discover() compilations",
