@@ -559,3 +559,44 @@ def test_a_config_attribute_map_as_eager():
 def test_stock_thunder_fails_on_a_config_attribute_map():
     with pytest.raises(AttributeError, match="num_hidden_layers"):
         thunder.jit(_scaled_by_the_config)(torch.randn(3))
+
+
+class _RelativeBiasAttention(torch.nn.Module):
+    """Attention whose additive mask is computed from parameters: a bias table indexed by a buffer (Swin's
+    ``relative_position_bias_table``) or an embedding of bucketed distances (T5's ``relative_attention_bias``)."""
+
+    def __init__(self, embedding: bool):
+        super().__init__()
+        self.embedding = embedding
+        self.table = torch.nn.Parameter(torch.randn(7, 2))
+        self.bias = torch.nn.Embedding(7, 2)
+        self.register_buffer("index", torch.randint(0, 7, (16,)))
+
+    def forward(self, q, k, v):
+        if self.embedding:  # T5: buckets from the positions' distances, through an Embedding
+            distance = torch.arange(4)[None, :] - torch.arange(4)[:, None]
+            buckets = torch.where(distance.abs() < 2, distance.abs(), 2 + torch.log(distance.abs().float()).to(
+                torch.long)) + 3 * (distance > 0).to(torch.long)
+            mask = self.bias(buckets).permute(2, 0, 1).unsqueeze(0)
+        else:  # Swin
+            mask = self.table[self.index].view(4, 4, 2).permute(2, 0, 1).contiguous().unsqueeze(0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("embedding", [False, True], ids=["indexed_table", "embedding"])
+def test_an_attention_mask_computed_from_parameters_gets_its_gradient(embedding):
+    """eager runs SDPA's math kernel when the mask requires grad and differentiates the mask; the flash kernel
+    gives it none. A mask computed in the trace has ``requires_grad=False`` on its proxy (thunder sets it on
+    inputs only), so the flash kernel was taken and the bias parameters got no gradient, silently."""
+    torch.manual_seed(0)
+    module = _RelativeBiasAttention(embedding)
+    q, k, v = (torch.randn(3, 2, 4, 4, requires_grad=True) for _ in range(3))
+    expected = module(q, k, v)
+    parameter = module.bias.weight if embedding else module.table
+    expected_grads = torch.autograd.grad((expected * expected).sum(), [parameter, q, k, v])
+    actual = thunder.jit(module, executors=thunderplug.discover())(q, k, v)
+    assert torch.equal(actual, expected)
+    parameter.grad = None
+    ((actual * actual).sum()).backward()
+    assert parameter.grad is not None and torch.equal(parameter.grad, expected_grads[0])
+    assert all(torch.equal(t.grad, e) for t, e in zip((q, k, v), expected_grads[1:], strict=True))

@@ -20,11 +20,21 @@ op, which flags the tensor at run time; thunder's autograd Functions (patched in
 ``wiring.patches``) then pass the flagged outputs to ``ctx.mark_non_differentiable``, as a
 hand-written Function would. The analysis is conservative: where it cannot tell, the output keeps
 thunder's answer, True.
+
+The same analysis answers, while thunder's autodiff runs, which values of the trace require grad
+(:func:`requires_grad`). thunder cannot: a ``TensorProxy``'s ``requires_grad`` is set on the inputs
+only (every value computed in the trace says False, even ``linear(x, w)`` of a weight requiring grad),
+and its autodiff differentiates every floating value. An executor whose rule depends on it (eager's
+SDPA picks its math kernel, which differentiates the mask, when the mask requires grad) asks here;
+reading the proxy's flag, it saw False for an attention mask computed from parameters (T5's relative
+attention bias, Swin's relative position bias table) and dropped the mask's gradient, silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -58,10 +68,72 @@ def marking_outputs(
     requiring grad reaches in the trace it was given (when ``active()``)."""
 
     def grad_transform_on_trace(trace: TraceCtx, /, *args: Any, **kwargs: Any) -> TraceCtx:
-        joint = original(trace, *args, **kwargs)
-        return mark_outputs(trace, joint, cuts) if active() else joint
+        if not active():
+            return original(trace, *args, **kwargs)
+        with _requiring_grad(trace, cuts):
+            joint = original(trace, *args, **kwargs)
+        return mark_outputs(trace, joint, cuts)
 
     return grad_transform_on_trace
+
+
+#: per thread, a stack of (values requiring grad, values classified) of the traces thunder's autodiff is
+#: differentiating (a stack: a compilation may start inside another's autodiff)
+_analyses = threading.local()
+
+
+def requires_grad(value: Any) -> bool | None:
+    """Whether the trace value ``value`` requires grad as it would in eager, asked while thunder's
+    autodiff differentiates a ``discover()`` trace (an executor's checker or grad rule): True for an
+    input requiring grad and for what such an input reaches through differentiable values (as
+    :func:`marking_outputs` follows them, into the subsymbols too); False for the rest of the trace's
+    values and for non-floating ones. ``None`` where it cannot tell: outside such an autodiff, or a
+    value that is not the trace's. A caller whose answer drops a gradient must treat ``None`` as True."""
+    if not isinstance(value, Proxy) or not _carries_grad(value):
+        return False
+    if getattr(value, "requires_grad", False):
+        return True
+    stack = getattr(_analyses, "stack", None)
+    if not stack:
+        return None
+    reached, classified = stack[-1]
+    key = variableify(value)
+    if key in reached:
+        return True
+    return False if key in classified else None
+
+
+@contextlib.contextmanager
+def _requiring_grad(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> Iterator[None]:
+    """:func:`requires_grad` answers for ``trace`` inside this block."""
+    returned = _return_of(trace)
+    results = returned.args[0] if returned is not None else None
+    flat_args = results.get("flat_args", trace.args) if isinstance(results, dict) else trace.args
+    inputs = [a for a in tree_flatten((flat_args, trace.kwargs))[0] if isinstance(a, Proxy)]
+    reached = {variableify(a) for a in inputs if _carries_grad(a) and getattr(a, "requires_grad", False)}
+    classified = {variableify(a) for a in inputs}
+    _follow(trace.bound_symbols, reached, classified, cuts)
+    stack = _analyses.__dict__.setdefault("stack", [])
+    stack.append((reached, classified))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _follow(bsyms: list[BoundSymbol], reached: set, classified: set, cuts: Callable[[BoundSymbol], bool]) -> None:
+    """Extend ``reached`` with the outputs of ``bsyms`` (and of their subsymbols) that a reached value
+    feeds through differentiable values; every output joins ``classified``."""
+    for bsym in bsyms:
+        outs = [variableify(out) for out in bsym.flat_proxy_outs]
+        stops = bsym.sym.name == "detach" or cuts(bsym)
+        if not stops and any(variableify(a) in reached for a in bsym.flat_proxy_args):
+            reached.update(
+                variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out)
+            )
+        classified.update(outs)
+        if not stops and bsym.subsymbols:
+            _follow(bsym.subsymbols, reached, classified, cuts)
 
 
 def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:

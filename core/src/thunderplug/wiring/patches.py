@@ -508,7 +508,10 @@ PATCHES: tuple[Patch, ...] = (
         "input without grad, a value computed under `no_grad`, an inner tensor read from a subclass). Which outputs "
         "an input requiring grad reaches is read from the trace before autodiff, whose `no_grad` tags are right "
         "(autodiff re-traces ops under the grad mode the function ends in), and those outputs are flagged in the "
-        "joint trace (`mark_non_differentiable`).",
+        "joint trace (`mark_non_differentiable`). While autodiff runs, executors ask the same analysis which values "
+        "require grad (`output_grads.requires_grad`): thunder sets a proxy's `requires_grad` on inputs only, and "
+        "eager_kernels' SDPA claim, reading it, gave a mask computed from parameters (T5's and Swin's relative "
+        "position biases) no gradient, silently.",
         features=("eager.output_grads", "eager.inplace_grads"),
     ),
     Patch(
