@@ -342,12 +342,19 @@ class _Kernels:
         return self.elu_backward(grad, alpha, scale, input_scale, is_result, a)
 
 
-def _unary(forward: str, backward: str, *, reads: str, extra: Callable[..., tuple] = lambda **kw: ()):
+def _unary(forward: str, backward: str, *, reads: str, extra: Callable[..., tuple] = lambda **kw: (),
+           inplace: str | None = None):
     """Checker, execution and grad transforms of a one-input activation: ``forward(a, *extra)``
     then ``backward(grad, <a or the result>, *extra-for-backward)``.
 
     ``reads`` is ``"input"`` or ``"result"`` (what ATen's backward kernel reads); ``extra`` maps the
-    symbol's keyword arguments to ``(forward_args, backward_args)``.
+    symbol's keyword arguments to ``(forward_args, backward_args)``. ``inplace``: how eager's autograd
+    differentiates the ``inplace=True`` form (:data:`_INPLACE`), which is then taken too: ``"result"``, the
+    backward kernel reads the result (``is_result=True`` where the kernel has that flag, its last argument),
+    which the ``copy_`` into the input leaves intact; ``"original"``, it reads a copy of the input taken before
+    the update (autograd's ``original_self``), here a ``clone`` the forward kernel reads too, so that it stays
+    in the forward (thunder's split moves a value only the backward reads into the backward, where the input
+    has been overwritten). ``None``: the in-place form stays thunder's.
     """
 
     def split(args: tuple, kwargs: dict) -> tuple[TensorProxy, tuple, tuple, bool]:
@@ -360,24 +367,31 @@ def _unary(forward: str, backward: str, *, reads: str, extra: Callable[..., tupl
         return a, fwd, bwd, inplace
 
     def checker(*args: Any, **kwargs: Any) -> bool:
-        a, _, _, inplace = split(args, kwargs)
-        return _float(a) and not inplace
+        a, _, _, in_place = split(args, kwargs)
+        return _float(a) and (not in_place or inplace is not None)
 
     def execute(kernels: _Kernels, *args: Any, **kwargs: Any) -> TensorProxy:
-        a, fwd, _, _ = split(args, kwargs)
+        a, fwd, _, in_place = split(args, kwargs)
         out = getattr(kernels, forward)(a, *fwd)
-        return out[0] if isinstance(out, tuple) else out
+        out = out[0] if isinstance(out, tuple) else out
+        return ltorch.copy_(a, out) if in_place else out
 
     def grad(kernels: _Kernels, *args: Any, **kwargs: Any) -> TensorProxy:
-        a, fwd, bwd, _ = split(args, kwargs)
-        out = getattr(kernels, forward)(a, *fwd)
+        a, fwd, bwd, in_place = split(args, kwargs)
+        source = ltorch.clone(a) if in_place and inplace == "original" else a
+        out = getattr(kernels, forward)(source, *fwd)
         saved: tuple = ()
         if isinstance(out, tuple):  # log_sigmoid_forward: (result, buffer)
             out, *rest = out
             saved = tuple(rest)
-        read = a if reads == "input" else out
-        put_grad(a, getattr(kernels, backward)(get_grad(out), read, *bwd, *saved))
-        return out
+        result = ltorch.copy_(a, out) if in_place else out
+        read = source if reads == "input" else out
+        if in_place and inplace == "result":
+            read = out
+            if reads == "input" and bwd and bwd[-1] is False:  # the kernel's is_result flag
+                bwd = (*bwd[:-1], True)
+        put_grad(a, getattr(kernels, backward)(get_grad(result), read, *bwd, *saved))
+        return result
 
     return checker, execute, grad
 
@@ -768,6 +782,16 @@ _RULES: dict[Any, tuple[str, str, str]] = {
 }
 
 
+#: how eager's autograd differentiates each activation's ``inplace=True`` form (the tensors its backward node
+#: saves, ``grad_fn._saved_result`` or ``_saved_self``): from the result (``relu_``; ``leaky_relu_`` and the ELUs
+#: with ``is_result=True``; ``hardtanh_``/``relu6_`` save the input, and the result gives the same mask and bits)
+#: or from the original input
+_INPLACE: dict[Any, str] = {
+    **dict.fromkeys((ltorch.relu, ltorch.relu6, ltorch.hardtanh, ltorch.leaky_relu, ltorch.elu, ltorch.celu,
+                     ltorch.selu), "result"),
+    **dict.fromkeys((ltorch.threshold, ltorch.silu, ltorch.hardswish, ltorch.hardsigmoid, ltorch.mish), "original"),
+}
+
 #: ATen overloads the aten_ops plugin decomposes itself (what ``torch.ops.aten`` calls and subclass
 #: programs compile to), by symbol id: the rule of the ltorch symbol with the same arguments, or
 #: (elu's scales) of its own. The others forward to the ltorch symbols above (forwards.py).
@@ -799,7 +823,7 @@ def build_executor() -> OperatorExecutor:
     executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
     kernels = _Kernels(executor)
     for symbol, (forward, backward, reads, params) in (*_ACTIVATIONS.items(), *_ATEN_ACTIVATIONS.items()):
-        checker, execute, grad = _unary(forward, backward, reads=reads, extra=params)
+        checker, execute, grad = _unary(forward, backward, reads=reads, extra=params, inplace=_INPLACE.get(symbol))
         executor.register_implementation(
             symbol,
             checker=checker,
