@@ -79,13 +79,12 @@ def _eager(eager_runs, name: str, prepare=lambda model: model):
 DISCOVER_GAPS = {
     "hf_bart": "drifts from eager: 1.2e-05 at final model.model.decoder.layers.0.self_attn.k_proj.bias",
     "hf_deberta_v2": "drifts from eager: 8.3e-06 at final model.deberta.encoder.layer.0.attention.self.key_proj.bias",
+    # their relative position biases make SDPA's mask require grad: eager runs its math kernel, thunder its own math
+    "hf_t5": "drifts from eager: 5.7e-07 at grad model.decoder.block.1.layer.1.EncDecAttention.q.weight at step 1",
+    "hf_swin": "drifts from eager: 5.2e-06 at final model.swin.encoder.layers.1.blocks.0.attention.k_proj.bias",
 }
 DISCOVER_FAILS = {
     "hf_mixtral": (TypeError, "thunder's torch._grouped_mm takes no `offs` (transformers' grouped experts)"),
-    "hf_t5": (AssertionError, "the relative attention bias embeddings get no gradient (silently wrong: eager's "
-                              "are nonzero)"),
-    "hf_swin": (AssertionError, "the relative position bias tables get no gradient (silently wrong: eager's are "
-                                "nonzero)"),
 }
 
 
