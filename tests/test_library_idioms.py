@@ -518,6 +518,40 @@ def test_stock_thunder_returns_proxies_in_a_dict_literal():
     assert isinstance(result[0]["cache"].layers[0].keys, TensorProxy)  # silently wrong
 
 
+def _cache_through_a_list_call(x, w):
+    cache = _LayeredCache(1)
+    cache.layers[0].update(x * w, x.sin())
+    return (x @ w,) + tuple([cache])  # tuple() of a list: thunder keeps no wrapper for the cache
+
+
+def _cache_written_through_its_dict(x, w):
+    cache = _LayeredCache(2)
+    vars(cache.layers[0]).update(keys=x * w, values=x.sin())
+    cache.layers[1].__dict__["keys"] = x * w * 2
+    cache.layers[1].__dict__["values"] = x.cos()
+    return (x @ w).sum(), cache
+
+
+@pytest.mark.parametrize("fn", [_cache_through_a_list_call, _cache_written_through_its_dict])
+def test_an_object_thunder_lost_track_of_is_rebuilt_as_eager(fn):
+    """A returned object, or an attribute of one, that thunder kept no current wrapper for came back as it was
+    in tracing: holding proxies (Falcon's and BLOOM's cache with ``return_dict=False``), or with the value an
+    attribute had before a write through its ``__dict__`` (silently, both)."""
+    x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+    results = [fn(x, w), thunder.jit(fn, executors=thunderplug.discover())(x, w)]
+    grads = []
+    for result in results:
+        cache = result[1]
+        assert type(cache) is _LayeredCache
+        assert all(type(layer.keys) is torch.Tensor and type(layer.values) is torch.Tensor for layer in cache.layers)
+        total = result[0].sum() + sum((layer.keys * 2 + layer.values).sum() for layer in cache.layers)
+        grads.append(torch.autograd.grad(total, [x, w]))
+    (expected, actual) = (results[0][1], results[1][1])
+    for layer, eager_layer in zip(actual.layers, expected.layers, strict=True):
+        assert torch.equal(layer.keys, eager_layer.keys) and torch.equal(layer.values, eager_layer.values)
+    assert all(torch.equal(a, e) for a, e in zip(grads[1], grads[0], strict=True))
+
+
 def _sliding_window(x):
     return x[:, -4095:] * 2 + x[:, :-4095].sum()  # keeps all of a length-16 dim, as Python slices do
 

@@ -358,7 +358,11 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
     Python class (not a module, function, class or tensor) is rebuilt as eager returns it: a new instance of
     its class (``__new__``, not ``__init__``) whose ``__dict__`` holds its attributes, each rebuilt the same
     way (the cache's layers and their key and value tensors, outputs of the computation). An object reached
-    twice in the result is rebuilt twice (two objects where eager has one); one that holds itself is refused."""
+    twice in the result is rebuilt twice (two objects where eager has one); one that holds itself is refused.
+    A value thunder kept no wrapper for, or a stale one (it returned those as they were in tracing: Falcon's and
+    BLOOM's cache in their ``return_dict=False`` tuples held proxies, silently; an attribute written through
+    ``obj.__dict__`` came back with its earlier value) is rebuilt from its values when tracing left
+    proxies, dtypes or devices in it, and kept as it is otherwise."""
     from thunder.core import baseutils, codeutils, devices, dtypes
     from thunder.core.jit_ext import should_register_for_prologue
     from thunder.core.proxies import AnyProxy
@@ -370,20 +374,22 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
                    dict, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                    torch.nn.Module, torch.Tensor)
 
-    def rebuildable(wrapped: Any) -> bool:
-        if hasattr(wrapped, "anyproxy") or should_register_for_prologue(wrapped.provenance):
-            return False
-        value = unwrap(wrapped)
+    def plain_object(value: Any) -> bool:
         return not (
             isinstance(value, not_objects) or type(value) in (str, object) or baseutils.is_base_printable(value)
             or dataclasses.is_dataclass(value) or baseutils.is_collection(value)
             or not isinstance(getattr(value, "__dict__", None), dict)
         )
 
-    def replacement(wrapped: Any) -> Any:
-        if not active() or not rebuildable(wrapped):
-            return original(wrapped)
-        value = unwrap(wrapped)
+    def rebuildable(wrapped: Any) -> bool:
+        if hasattr(wrapped, "anyproxy") or should_register_for_prologue(wrapped.provenance):
+            return False
+        return plain_object(unwrap(wrapped))
+
+    def traced(value: Any) -> bool:
+        return isinstance(value, (dtypes.dtype, devices.Device)) or _holds_proxy(value)
+
+    def rebuilt(value: Any, attribute: Callable[[str, Any], Any]) -> Any:
         rebuilding = _rebuilding.__dict__.setdefault("ids", set())
         if id(value) in rebuilding:
             raise NotImplementedError(
@@ -393,10 +399,7 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             )
         rebuilding.add(id(value))
         try:
-            attributes = {
-                key: replacement(wrapped.attribute_wrappers[key]) if key in wrapped.attribute_wrappers else item
-                for key, item in value.__dict__.items()
-            }
+            attributes = {key: attribute(key, item) for key, item in value.__dict__.items()}
         finally:
             rebuilding.discard(id(value))
         output = AnyProxy(None)
@@ -404,6 +407,50 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             rebuild.bind(type(value), attributes, output=output, _call_ctx={rebuild.name: _rebuild_object})
         )
         return output
+
+    def rebuilt_unwrapped(value: Any) -> Any:
+        """A value thunder kept no wrapper for (an item appended to a list of an object, or put in a container
+        through a path thunder does not track): as eager has it, if tracing left proxies, dtypes or devices in it;
+        else itself (an object that came in keeps its identity)."""
+        if isinstance(value, ProxyInterface) or not traced(value):
+            return value
+        if isinstance(value, dtypes.dtype):
+            return dtypes.to_torch_dtype(value)
+        if isinstance(value, devices.Device):
+            return devices.to_torch_device(value)
+        if type(value) in (list, tuple):
+            return type(value)(rebuilt_unwrapped(item) for item in value)
+        if type(value) is dict:
+            return {key: rebuilt_unwrapped(item) for key, item in value.items()}
+        if plain_object(value):
+            return rebuilt(value, lambda key, item: rebuilt_unwrapped(item))
+        return value
+
+    def container_items_rebuilt(wrapped: Any, result: Any) -> Any:
+        """thunder's rebuild of a list, tuple or dict returns an item it has no wrapper for as it was in
+        tracing, proxies and all (transformers' ``DynamicCache`` in Falcon's ``return_dict=False`` tuple)."""
+        value, wrappers = unwrap(wrapped), wrapped.item_wrappers
+        if type(result) is dict and isinstance(wrappers, dict):
+            return {key: item if wrappers.get(key) is not None else rebuilt_unwrapped(item)
+                    for key, item in result.items()}
+        if type(result) in (list, tuple) and len(result) == len(value):
+            missing = wrappers or [None] * len(value)
+            return type(result)(item if missing[i] is not None else rebuilt_unwrapped(item)
+                                for i, item in enumerate(result))
+        return result
+
+    def replacement(wrapped: Any) -> Any:
+        if not active():
+            return original(wrapped)
+        if type(unwrap(wrapped)) in (list, tuple, dict) and not hasattr(wrapped, "anyproxy"):
+            return container_items_rebuilt(wrapped, original(wrapped))
+        if not rebuildable(wrapped):
+            return original(wrapped)
+        def attribute(key: str, item: Any) -> Any:
+            wrapper = wrapped.attribute_wrappers.get(key)  # stale after a write through __dict__ or vars()
+            return replacement(wrapper) if wrapper is not None and unwrap(wrapper) is item else rebuilt_unwrapped(item)
+
+        return rebuilt(unwrap(wrapped), attribute)
 
     return replacement
 
