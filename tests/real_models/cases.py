@@ -1,6 +1,6 @@
 """Tiny configurations of models nobody here wrote (random init, CPU, no downloads): Hugging Face
-transformers, litgpt and thunder's own test models. Each case builds a module whose forward takes one
-batch and returns the model's own loss, and the batch."""
+transformers, litgpt, thunder's own test models, torchvision, timm and a PEFT LoRA adapter. Each case builds a
+module whose forward takes one batch and returns the model's own loss, and the batch."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ VOCAB, HIDDEN, FFN, LAYERS, HEADS, SEQ, BATCH = 128, 64, 128, 2, 4, 16, 2
 @dataclass(frozen=True)
 class Case:
     name: str
-    library: str  # "transformers", "litgpt" or "thunder"
+    library: str  # "transformers", "litgpt", "thunder", "torchvision", "timm" or "peft"
     build: Callable[[], torch.nn.Module]  # the model, seeded
     batch: Callable[[], dict[str, Any]]
     causal_lm: bool = False  # has generate()
@@ -42,6 +42,8 @@ class Loss(torch.nn.Module):
             return self.model(**inputs).logits
         if self.kind == "nanogpt":
             return self.model(batch["input_ids"])[0]
+        if self.kind == "classifier":
+            return self.model(batch["pixel_values"])
         return self.model(batch["input_ids"])
 
     def loss(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -49,6 +51,8 @@ class Loss(torch.nn.Module):
             return self.model(**batch).loss
         if self.kind == "nanogpt":
             return self.model(batch["input_ids"], batch["labels"])[1]
+        if self.kind == "classifier":  # torchvision's and timm's image classifiers return logits
+            return torch.nn.functional.cross_entropy(self.model(batch["pixel_values"]), batch["labels"])
         logits = self.model(batch["input_ids"], batch["labels"]) if self.kind == "llama2" else self.model(
             batch["input_ids"]
         )
@@ -77,6 +81,22 @@ def _masked_tokens() -> dict[str, Any]:
 def _images() -> dict[str, Any]:
     g = torch.Generator().manual_seed(1)
     return {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g), "labels": torch.tensor([1, 3])}
+
+
+def _image_text() -> dict[str, Any]:
+    """CLIP's contrastive batch: captions and images, its loss from their similarities."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=g)
+    return {"input_ids": ids, "pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g), "return_loss": True}
+
+
+MEL_BINS, AUDIO_POSITIONS = 16, 32  # Whisper's encoder takes 2 * AUDIO_POSITIONS frames (its convolutions halve them)
+
+
+def _audio() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(1)
+    return {"input_features": torch.randn(BATCH, MEL_BINS, 2 * AUDIO_POSITIONS, generator=g),
+            "labels": torch.randint(3, VOCAB, (BATCH, SEQ), generator=g)}
 
 
 def _seeded(make: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
@@ -157,6 +177,48 @@ def _thunder_litgpt() -> torch.nn.Module:
     config = litgpt_model.Config.from_name("llama2-like", vocab_size=VOCAB, padded_vocab_size=VOCAB,
                                            intermediate_size=FFN, block_size=64)
     return Loss(litgpt_model.GPT(config), "litgpt")
+
+
+def _clip() -> torch.nn.Module:
+    import transformers
+
+    text = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                num_attention_heads=HEADS, max_position_embeddings=SEQ, attention_dropout=0.0, pad_token_id=0,
+                bos_token_id=1, eos_token_id=2)
+    vision = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  image_size=32, patch_size=8, attention_dropout=0.0)
+    config = transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)
+    config._attn_implementation = "sdpa"
+    return Loss(transformers.CLIPModel(config), "hf")
+
+
+def _torchvision(name: str, **options: Any) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import torchvision
+
+        return Loss(getattr(torchvision.models, name)(num_classes=4, **options), "classifier")
+
+    return _seeded(make)
+
+
+def _timm_vit() -> torch.nn.Module:
+    import timm
+
+    return Loss(timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=4, img_size=32, patch_size=8,
+                                  embed_dim=HIDDEN, depth=LAYERS, num_heads=HEADS, mlp_ratio=4.0), "classifier")
+
+
+def _peft_lora_llama() -> torch.nn.Module:
+    """HF Llama with a LoRA adapter on its attention's projections: only the adapters train."""
+    import peft
+    import transformers
+
+    config = transformers.LlamaConfig(**_DECODER)
+    config._attn_implementation = "sdpa"
+    model = transformers.LlamaForCausalLM(config)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                           task_type="CAUSAL_LM")
+    return Loss(peft.get_peft_model(model, lora), "hf")
 
 
 CASES: tuple[Case, ...] = (
@@ -242,6 +304,26 @@ CASES: tuple[Case, ...] = (
              depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=4, hidden_dropout_prob=0.0,
              attention_probs_dropout_prob=0.0, drop_path_rate=0.0),
          _images),
+    Case("hf_clip", "transformers", _seeded(_clip), _image_text),  # contrastive: return_loss=True
+    Case("hf_whisper", "transformers",  # audio: log-mel features in, tokens out
+         _hf("hf_whisper", "WhisperConfig", "WhisperForConditionalGeneration", vocab_size=VOCAB, num_mel_bins=MEL_BINS,
+             d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+             decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+             max_source_positions=AUDIO_POSITIONS, max_target_positions=64, pad_token_id=0, bos_token_id=1,
+             eos_token_id=2, decoder_start_token_id=1, suppress_tokens=None, begin_suppress_tokens=None,
+             dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=False),
+         _audio),
+    Case("hf_convnext", "transformers",
+         _hf("hf_convnext", "ConvNextConfig", "ConvNextForImageClassification", image_size=32, patch_size=4,
+             num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=4, drop_path_rate=0.0),
+         _images),
+    # BatchNorm in training mode: its running statistics are compared too (harness.compare's buffers)
+    Case("tv_resnet18", "torchvision", _torchvision("resnet18"), _images),
+    Case("tv_mobilenet_v2", "torchvision", _torchvision("mobilenet_v2", width_mult=0.25, dropout=0.0), _images),
+    Case("tv_mobilenet_v3", "torchvision", _torchvision("mobilenet_v3_small", width_mult=0.25, dropout=0.0),
+         _images),
+    Case("timm_vit", "timm", _seeded(_timm_vit), _images),
+    Case("peft_lora_llama", "peft", _seeded(_peft_lora_llama), _tokens),
     Case("litgpt_pythia", "litgpt", _litgpt("pythia-14m"), _shifted_tokens),
     Case("litgpt_llama", "litgpt", _litgpt("Llama-3.2-1B", n_query_groups=2, intermediate_size=FFN, head_size=16),
          _shifted_tokens),
@@ -255,7 +337,8 @@ BY_NAME = {case.name: case for case in CASES}
 #: the families issue 36 added: measured in fp32 training under discover(), stock thunder and aot_eager only
 #: (float8, quantized inference and the configs' defaults are measured on the cases before them)
 FAMILIES = ("hf_gemma", "hf_gemma2", "hf_phi3", "hf_mixtral", "hf_gpt_neox", "hf_falcon", "hf_opt", "hf_bloom", "hf_t5",
-            "hf_bart", "hf_roberta", "hf_distilbert", "hf_deberta_v2", "hf_swin")
+            "hf_bart", "hf_roberta", "hf_distilbert", "hf_deberta_v2", "hf_swin", "hf_clip", "hf_whisper",
+            "hf_convnext", "tv_resnet18", "tv_mobilenet_v2", "tv_mobilenet_v3", "timm_vit", "peft_lora_llama")
 
 #: the causal LMs that also run greedy ``generate()`` with a static KV cache (tests/real_models)
 GENERATORS = ("hf_llama", "hf_gpt2")

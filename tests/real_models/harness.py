@@ -36,6 +36,7 @@ class Run:
     losses: list[torch.Tensor] = field(default_factory=list)
     grads: list[dict[str, torch.Tensor]] = field(default_factory=list)
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # after the last step (BatchNorm's running stats)
 
 
 def train(model: torch.nn.Module, batch: dict[str, Any], compile_with: str, steps: int = STEPS) -> Run:
@@ -51,6 +52,7 @@ def train(model: torch.nn.Module, batch: dict[str, Any], compile_with: str, step
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     run.weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    run.buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     return run
 
 
@@ -69,13 +71,20 @@ def compare(actual: Run, expected: Run) -> Agreement:
         assert ga.keys() == ge.keys(), f"step {step}: gradients of {sorted(ga.keys() ^ ge.keys())} differ in presence"
         groups.append([(f"grad {n} at step {step}", ga[n], ge[n]) for n in ge])
     groups.append([(f"final {n}", actual.weights[n], w) for n, w in expected.weights.items()])
+    assert actual.buffers.keys() == expected.buffers.keys(), sorted(actual.buffers.keys() ^ expected.buffers.keys())
+    # every buffer (BatchNorm's running means and variances, its step counter, position ids...), after the last step
+    groups.append([(f"final buffer {n}", actual.buffers[n], b) for n, b in expected.buffers.items()])
     bit_identical, worst, where = True, 0.0, ""
     for group in groups:
-        scale = max(float(e.abs().max()) for _, _, e in group if e.numel()) or 1.0
+        scale = max((float(e.abs().max()) for _, _, e in group if e.numel() and e.is_floating_point()),
+                    default=0.0) or 1.0
         for name, a, e in group:
             assert a.shape == e.shape and a.dtype == e.dtype, f"{name}: {a.shape} {a.dtype} vs {e.shape} {e.dtype}"
             bit_identical &= torch.equal(a, e)
-            difference = float((a.double() - e.double()).abs().max()) / scale if e.numel() else 0.0
+            if not e.is_floating_point():  # counters, ids, masks: equal or infinitely far
+                difference = 0.0 if torch.equal(a, e) else float("inf")
+            else:
+                difference = float((a.double() - e.double()).abs().max()) / scale if e.numel() else 0.0
             if difference > worst or not where:
                 worst, where = difference, name
     return Agreement(bit_identical, worst, where)
