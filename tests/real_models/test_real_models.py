@@ -42,6 +42,15 @@ STOCK_FAILS.update({  # issue 36's families, measured with transformers 5.25
     "hf_deberta_v2": "an `AssertionError` without a message while tracing",
     "hf_swin": "its loss's `binary_cross_entropy_with_logits` is auto-registered and fails on the target's shape",
     "hf_mixtral": "`transformers.grouped_mm_fallback` is a custom op thunder has not registered (`InterpreterError`)",
+    # the families added after them (transformers 5.25, torchvision 0.24.1, timm 1.0.31, peft 0.18.1); stock
+    # thunder.jit also drifts far from eager on tv_resnet18 (1.0 relative) and tv_mobilenet_v2 (1.2: BatchNorm's
+    # decomposition over two values per channel) and timm_vit (8.0e-4), which the test reports as drifts
+    **{name: "transformers' output capturing sets a global (`AssertionError: trying to set .global_var`)"
+       for name in ("hf_clip", "hf_whisper", "peft_lora_llama")},
+    "hf_convnext": "its loss's `binary_cross_entropy_with_logits` is auto-registered and fails on the target's "
+                   "shape (as Swin's)",
+    "tv_mobilenet_v3": "its classifier's `Dropout(inplace=True)` (p=0): `NotImplementedError: Only inplace=False "
+                       "is currently supported in dropout`",
 })
 if transformers.__version__.startswith("4."):  # measured with transformers 4.57.6 (README, "Torch versions")
     STOCK_FAILS = {
@@ -82,6 +91,8 @@ DISCOVER_GAPS = {
     # their relative position biases make SDPA's mask require grad: eager runs its math kernel, thunder its own math
     "hf_t5": "drifts from eager: 5.7e-07 at grad model.decoder.block.1.layer.1.EncDecAttention.q.weight at step 1",
     "hf_swin": "drifts from eager: 5.2e-06 at final model.swin.encoder.layers.1.blocks.0.attention.k_proj.bias",
+    # the broadcast gradient of its layer scale (gamma * x over (batch, h, w)) summed in another order: 1 ulp
+    "hf_convnext": "drifts from eager: 7.1e-07 at final model.convnext.encoder.stages.1.layers.0.pwconv1.weight",
 }
 DISCOVER_FAILS = {
     "hf_mixtral": (TypeError, "thunder's torch._grouped_mm takes no `offs` (transformers' grouped experts)"),
@@ -108,11 +119,11 @@ def test_fp32_training_under_discover(name, eager_runs):
 @pytest.mark.parametrize("name", [name for name in FAMILIES if not transformers.__version__.startswith("4.")])
 def test_fp32_training_under_aot_eager(name, eager_runs):
     """The reference for DISCOVER_GAPS: torch.compile's aot_eager, bit-identical to eager on every family but
-    Phi-3 and Mixtral, which drift (measured: 6.6e-06 at the final qkv_proj of layer 0; 1.3e-05 at its experts'
-    gate_up_proj)."""
+    Phi-3, Mixtral and the PEFT LoRA Llama, which drift (measured: 6.6e-06 at the final qkv_proj of layer 0;
+    1.3e-05 at its experts' gate_up_proj; 1.3e-06 at layer 1's k_proj lora_A)."""
     model, expected = _eager(eager_runs, name)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "aot_eager"), expected)
-    if name in ("hf_phi3", "hf_mixtral"):
+    if name in ("hf_phi3", "hf_mixtral", "peft_lora_llama"):
         assert not agreement.bit_identical and agreement.worst <= 2 * FP32_TOLERANCE, agreement
         pytest.xfail(f"aot_eager drifts from eager: {agreement.worst:.1e} at {agreement.where}")
     assert agreement.bit_identical, agreement
@@ -174,12 +185,32 @@ def _float8(model: torch.nn.Module) -> torch.nn.Module:
     return convert_to_float8_training(model, module_filter_fn=dims_of_16)
 
 
-@pytest.mark.parametrize("name", _cases(("thunder_nanogpt", "hf_llama")))
+#: the families also trained in float8 in the full run (their Linears' dims are multiples of 16)
+FLOAT8_FAMILIES = ("timm_vit",)
+
+
+@pytest.mark.parametrize("name", _cases(("thunder_nanogpt", "hf_llama"))
+                         + [pytest.param(name, id=name) for name in FLOAT8_FAMILIES if ALL])
 def test_float8_training_under_discover(name, eager_runs):
     pytest.importorskip("torchao")
     model, expected = _eager(eager_runs, name, _float8)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
     assert agreement.bit_identical, agreement  # eager's float8 casts and scaled matmuls, bit for bit
+
+
+@pytest.mark.skipif(not ALL, reason="THUNDERPLUG_REAL_MODELS=1 runs it (with the PEFT case's training)")
+def test_lora_trains_only_its_adapters_under_discover(eager_runs):
+    """PEFT's LoRA on HF Llama: the adapters get gradients and change, the frozen base weights get none and keep
+    their values, under discover() as in eager (compare() also checks that the gradients' names are eager's)."""
+    model, expected = _eager(eager_runs, "peft_lora_llama")
+    actual = train(fresh(model), BY_NAME["peft_lora_llama"].batch(), "discover")
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    for run in (expected, actual):
+        assert all(grads.keys() == trainable for grads in run.grads)
+        for name, weight in model.named_parameters():
+            assert torch.equal(run.weights[name], weight) == (name not in trainable), name
+    assert compare(actual, expected).bit_identical
 
 
 def _quantized(config_name: str):
