@@ -152,13 +152,23 @@ DEFAULT_CONFIG_CALLS = {
 }
 
 
-#: the default run's share (the full run: every HF case in every call, about 10 minutes on 2 CPU cores)
+#: the default run's share (the full run: every HF case in every call, issue 36's families too under transformers 5,
+#: about 25 minutes on 2 CPU cores)
 DEFAULT_CONFIG_SELECTED = (("hf_llama", "training"), ("hf_llama", "inference"), ("hf_bert", "attentions"))
+
+#: the families whose default configuration discover() refuses, as measured (transformers 5.25): loudly
+DEFAULT_CONFIG_FAILS = {
+    name: "its default cache (`use_cache=True`: an `EncoderDecoderCache`) is built from `copy.deepcopy` of its config "
+    "(`config.get_text_config(decoder=True)`), which thunder's interpreter cannot run (stock thunder too: "
+    "`object of type 'generator' has no len()`); `use_cache=False` runs, as the training cases do"
+    for name in ("hf_t5", "hf_whisper")
+}
 
 
 def _default_config_cases() -> list:
+    families = not transformers.__version__.startswith("4.")  # the families are measured under transformers 5
     return [pytest.param(name, call, id=f"{name}-{call}") for name in HF_MODELS for call in DEFAULT_CONFIG_CALLS
-            if name not in FAMILIES and (ALL or (name, call) in DEFAULT_CONFIG_SELECTED)]
+            if (ALL and (families or name not in FAMILIES)) or (name, call) in DEFAULT_CONFIG_SELECTED]
 
 
 @pytest.mark.parametrize(("name", "call"), _default_config_cases())
@@ -166,13 +176,19 @@ def test_default_config_under_discover(name, call):
     """The bare model (no loss wrapper), its config's defaults kept but sizes and dropout, called with its
     labels: every leaf of its output (the loss, the logits, the cache's classes, keys and values, the
     attention weights) and every parameter's gradient from all of them, as eager's. Bit for bit, but the
-    attention weights' gradients: their sums in the softmax's backward differ by ulps (6.5e-9 on hf_bert)."""
+    attention weights' gradients (their sums in the softmax's backward differ by ulps: 6.5e-9 on hf_bert) and
+    the families whose training drifts (DISCOVER_GAPS): within FP32_TOLERANCE."""
     options, training, attention = DEFAULT_CONFIG_CALLS[call]
     model = hf_model(name, attention=attention).train(training)
     batch = BY_NAME[name].batch()
     expected = output_and_grads(fresh(model), "eager", batch, **options)
+    if name in DEFAULT_CONFIG_FAILS:
+        with pytest.raises(Exception, match="generator' has no len|MappingKeysView"):
+            output_and_grads(fresh(model), "discover", batch, **options)
+        pytest.xfail(f"discover(): {DEFAULT_CONFIG_FAILS[name]}")
     actual = output_and_grads(fresh(model), "discover", batch, **options)
-    assert_same_output(actual, expected, tolerance=FP32_TOLERANCE if call == "attentions" else 0.0)
+    drifts = call == "attentions" or name in DISCOVER_GAPS
+    assert_same_output(actual, expected, tolerance=FP32_TOLERANCE if drifts else 0.0)
 
 
 def _float8(model: torch.nn.Module) -> torch.nn.Module:
