@@ -134,8 +134,8 @@ VIEW = [
 ]
 
 #: Ops thunder 0.2.6 cannot differentiate at all, which ``discover()`` differentiates with eager's rules
-#: (eager_backward_kernels; lerp with a 0-dim start broadcast to a larger result stays KI-6): drawn rarely, so
-#: that most programs test something, but still drawn.
+#: (eager_backward_kernels; a lerp whose start is smaller than its result, once KI-6, with that start expanded
+#: first, ``eager.tensor_api``): drawn rarely, so that most programs test something, but still drawn.
 RARE = [
     "torch.minimum({a}, {b})",
     "torch.lerp({a}, {b}, 0.3)",
@@ -316,13 +316,6 @@ KNOWN_ISSUES = [
         "thunder 0.2.6's prod gradient divides by the input: NaN where an element is 0 (eager is finite)",
         r"\.prod\(\)",
         r"^wrong_grad: .*\(nan where eager is finite\)",
-    ),
-    KnownIssue(
-        "KI-6 prims.lerp with a 0-dim start: wrong result shape in the trace",
-        "thunder 0.2.6's lerp meta takes the result shape from a 0-dim start; later dims are out of range",
-        r"torch\.lerp\(",
-        r"^error: (IndexError: Dimension out of range|RuntimeError: Failed to find a gradient transform for bound "
-        r"symbol .*prims\.lerp)",
     ),
     KnownIssue(
         "KI-8 result dtype of a flattened 0-dim tensor under autodiff",

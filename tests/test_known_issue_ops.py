@@ -1,7 +1,7 @@
 """Ops that eager and torch.compile differentiate and stock thunder 0.2.6 refuses (docs/known-issues.md, once
-KI-1 to KI-4 and the trace-time refusals below it): under ``discover()`` each runs, its value and every
-input gradient equal to eager's, bit for bit, on random inputs; plain ``thunder.jit`` still fails on each
-(so these tests cannot pass without thunderplug's rules)."""
+KI-1 to KI-4, KI-6 and the trace-time refusals: ``%``, ``x.max(1).values``, ``f(*reversed(range(n)))``): under
+``discover()`` each runs, its value and every input gradient equal to eager's, bit for bit, on random inputs;
+plain ``thunder.jit`` still fails on each (so these tests cannot pass without thunderplug's rules)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,43 @@ PROGRAMS = {
 }
 
 
+def _mod_in_place(x, y):
+    t = x * 3
+    t %= y.abs() + 0.5
+    return t
+
+
+def _mod_in_place_scalar(x):
+    t = x * 3
+    t %= -0.7
+    return t * x
+
+
+#: once docs/known-issues.md's trace-time refusals and KI-6: name -> (function, input shapes)
+OPERATOR_PROGRAMS = {
+    "mod_operator": (lambda x, y: x % (y.abs() + 0.5), [(5, 7), (5, 7)]),
+    "mod_operator_negative_divisor": (lambda x, y: (x * 3) % -(y.abs() + 0.5), [(5, 7), (7,)]),
+    "mod_operator_scalar": (lambda x: (x * 3) % 2, [(5, 7)]),
+    "mod_operator_in_place": (_mod_in_place, [(5, 7), (5, 7)]),
+    "mod_operator_in_place_scalar": (_mod_in_place_scalar, [(5, 7)]),
+    "max_dim_values": (lambda x: x.max(1, keepdim=True).values * 2 + x.max(dim=0).values, [(5, 7)]),
+    "max_dim_indices": (lambda x: x.gather(1, torch.max(x, 1).indices.unsqueeze(1)) * x.min(1).values, [(5, 7)]),
+    "sort_values": (lambda x: x.sort(1, descending=True).values.cumsum(1), [(5, 7)]),
+    "sort_indices": (lambda x: x.gather(0, torch.sort(x, 0).indices) * x, [(5, 7)]),
+    "topk_values": (lambda x: x.topk(3, dim=1).values.exp(), [(5, 7)]),
+    "median_dim": (lambda x: torch.median(x, 1, keepdim=True).values * torch.median(x, 0).indices, [(5, 7)]),
+    "kthvalue": (lambda x: torch.kthvalue(x, 2, 1).values.sin(), [(5, 7)]),
+    "cummax": (lambda x: torch.cummax(x, 1).values * torch.cummin(x, 0).values, [(5, 7)]),
+    "permute_reversed_range": (lambda x: x.permute(*reversed(range(x.ndim))) * 2, [(2, 3, 4)]),
+    "permute_iterator": (lambda x: x.permute(*iter([1, 0, 2])).exp(), [(2, 3, 4)]),
+    "lerp_0dim_start": (lambda s, y: torch.lerp(s, y, 0.3), [(), (5, 7)]),
+    "lerp_0dim_start_tensor_weight": (lambda s, y, w: torch.lerp(s, y, w.sigmoid()), [(), (5, 7), (5, 7)]),
+    "lerp_smaller_start_method": (lambda s, y, w: s.lerp(y, w.sigmoid()).sum(0), [(7,), (5, 1), (5, 7)]),
+    "lerp_0dim_start_later_dims": (lambda s, y: torch.lerp(s * 2, y, 0.75).sum(1), [(), (5, 7)]),
+}
+PROGRAMS.update(OPERATOR_PROGRAMS)
+
+
 def _run(fn, inputs: list[torch.Tensor], jit=None):
     inputs = [t.detach().clone().requires_grad_() for t in inputs]
     out = (jit(fn) if jit else fn)(*inputs)
@@ -68,13 +105,106 @@ def test_value_and_gradients_are_eagers(name, plug):
 #: what stock thunder runs already (a 0-dim flip, a 0-dim logsumexp with keepdim)
 STOCK_RUNS = ("flip_0dim", "logsumexp_0dim_keepdim")
 
+#: stock thunder's error on each of :data:`OPERATOR_PROGRAMS`, by the start of the program's name
+STOCK_ERRORS = {
+    "mod_operator_in_place": (RuntimeError, "Inplace operators like __imod__ are not supported"),
+    "mod_operator": (TypeError, "'NoneType' object is not callable"),
+    "permute": (RuntimeError, "has no len()"),
+    "lerp": ((RuntimeError, IndexError), "Failed to find a gradient transform .*prims.lerp|Dimension out of range"),
+    "": (AttributeError, "values|indices"),  # torch.return_types' fields
+}
+
 
 @pytest.mark.parametrize("name", [name for name in PROGRAMS if name not in STOCK_RUNS])
 def test_stock_thunder_still_refuses(name):
     """What the test above needs thunderplug for: plain ``thunder.jit`` fails on every program."""
     fn, shapes = PROGRAMS[name]
-    with pytest.raises((RuntimeError, IndexError)):
+    if name in OPERATOR_PROGRAMS:
+        error, match = next(STOCK_ERRORS[start] for start in STOCK_ERRORS if name.startswith(start))
+    else:
+        error, match = (RuntimeError, IndexError), None
+    with pytest.raises(error, match=match):
         _run(fn, _inputs(*shapes), thunder.jit)
+
+
+#: calls whose eager result is a ``torch.return_types`` structseq, returned from the jitted function as they are
+STRUCTSEQ_CALLS = {
+    "max": lambda x: x.max(1),
+    "min_keepdim": lambda x: torch.min(x, 0, True),
+    "unbound_method": lambda x: torch.Tensor.max(x, 1),
+    "sort": lambda x: x.sort(dim=0, stable=True),
+    "topk": lambda x: torch.topk(x, 2),
+    "mode": lambda x: x.mode(1),
+    "linalg_qr": lambda x: torch.linalg.qr(x),
+    "nested": lambda x: (x.max(1), [x.sort(0)], {"k": x.kthvalue(2)}, x.cummin(0)[0]),
+}
+
+
+def _same(actual, expected) -> None:
+    assert type(actual) is type(expected)
+    if isinstance(expected, torch.Tensor):
+        assert torch.equal(actual, expected) and actual.requires_grad == expected.requires_grad
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            _same(actual[key], expected[key])
+    else:
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected, strict=True):
+            _same(a, e)
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("name", STRUCTSEQ_CALLS)
+def test_structseq_results_are_eagers(name, grad, plug):
+    """``x.max(1)`` returned from the jitted function is eager's ``torch.return_types.max``, fields and values
+    eager's (stock thunder returns a plain tuple); the gradient through ``.values`` is eager's."""
+    fn = STRUCTSEQ_CALLS[name]
+    (x,) = _inputs((4, 4))
+    with torch.set_grad_enabled(grad):
+        expected = fn(x)
+        actual = thunder.jit(fn, executors=plug)(x)
+        stock = thunder.jit(fn)(x)
+    _same(actual, expected)
+    with pytest.raises(AssertionError):  # stock thunder: plain tuples
+        _same(stock, expected)
+    if grad and name == "max":
+        cotangent = torch.randn(4, generator=torch.Generator().manual_seed(2))
+        assert torch.equal(torch.autograd.grad(actual.values, x, cotangent)[0],
+                           torch.autograd.grad(expected.values, x, cotangent)[0])
+
+
+def test_remainder_in_place_on_an_input_updates_it_as_eager(plug):
+    def fn(x, y):
+        x %= y
+        return x * 2
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4).abs() + 0.5
+    expected_x, actual_x = x.clone(), x.clone()
+    expected = fn(expected_x, y)
+    assert torch.equal(thunder.jit(fn, executors=plug)(actual_x, y), expected)
+    assert torch.equal(actual_x, expected_x)
+
+
+def test_starred_iterables_are_tuples_as_in_python(plug):
+    """``f(*value)`` of any iterable passes its items, as Python does: a generator, a dict (its keys), a set."""
+    def fn(x):
+        dims = {1: "b", 2: "c", 0: "a"}
+        return x.permute(*dims), x.permute(*(d for d in (2, 0, 1))), x.reshape(*{24}), x.flip(*map(int, "02"))
+
+    x = torch.randn(2, 3, 4)
+    for actual, expected in zip(thunder.jit(fn, executors=plug)(x), fn(x), strict=True):
+        assert torch.equal(actual, expected)
+
+
+def test_boolean_mask_indexing_is_refused_with_the_op_and_the_line(plug):
+    def fn(x):
+        y = x * 2
+        return y[y > 0]
+
+    line = fn.__code__.co_firstlineno + 2
+    with pytest.raises(NotImplementedError, match=rf"boolean mask .*test_known_issue_ops.py:{line}\) .*torch.where"):
+        thunder.jit(fn, executors=plug)(torch.randn(3, 4))
 
 
 @pytest.mark.parametrize("op", ["nextafter", "zeta"])
@@ -111,3 +241,4 @@ def test_squeeze_of_a_0dim_tensor_keeps_torchs_errors(plug):
         s.squeeze(1)
     with pytest.raises(Exception):  # noqa: B017 - thunder's own error for a dim out of range
         thunder.jit(lambda s: s.squeeze(1), executors=plug)(s)
+

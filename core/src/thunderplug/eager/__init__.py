@@ -2,4 +2,5 @@
 ``thunderplug.wiring``: which outputs require grad (``output_grads``), gradients of tensors updated
 in place (``inplace_grads``), broadcast gradients (``broadcast_grads``), the branch of
 ``is_compiling()`` taken (``compile_branches``), ``torch.vmap`` as one op (``functorch_transforms``)
-and a ``Tensor.to`` that changes nothing (``tensor_to``)."""
+a ``Tensor.to`` that changes nothing (``tensor_to``) and the tensor API thunder's proxies lack or shape
+otherwise (``tensor_api``: ``%``, ``torch.return_types`` results, lerp's broadcast start)."""

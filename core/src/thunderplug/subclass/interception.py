@@ -21,6 +21,7 @@ from thunder.core.trace import get_tracectx, tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.caching.recompiles import note_subclass_input
+from thunderplug.eager.tensor_api import eager_arguments
 from thunderplug.eager.tensor_to import returns_input_unchanged
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
@@ -151,8 +152,11 @@ def symbol_call(original: Callable[..., Any]) -> Callable[..., Any]:
     ``torch.ops.aten.mul.Tensor(x, 2)`` and the ops grad rules emit."""
 
     def replacement(self: Symbol, *args: Any, **kwargs: Any) -> Any:
-        if active_core_executor() is not None and returns_input_unchanged(self, args, kwargs):
-            return args[0]  # eager's ``x.to(x.dtype) is x``: no copy whose gradients would be summed apart
+        if active_core_executor() is not None:
+            if returns_input_unchanged(self, args, kwargs):
+                return args[0]  # eager's ``x.to(x.dtype) is x``: no copy whose gradients would be summed apart
+            if (rewritten := eager_arguments(self, args, kwargs)) is not None:
+                args, kwargs = rewritten  # lerp's start broadcast, as eager's kernel does
         if has_subclass_proxy(args, kwargs) and not passes_through(self):
             core = active_core_executor()
             if core is not None and is_in_place(self, args, kwargs):

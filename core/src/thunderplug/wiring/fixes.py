@@ -487,6 +487,29 @@ def dict_literals_keep_their_items(original: Callable[..., Any], active: Callabl
     return build_map_handler
 
 
+def starred_arguments_as_tuples(
+    original: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[..., Any]:
+    """thunder's handler of ``CALL_FUNCTION_EX`` (``f(*args)``) reads the starred value by ``len`` and index,
+    so a value that is iterable but not a sequence (``x.permute(*reversed(range(x.ndim)))``, an iterator, a
+    generator, a set) failed (``TypeError: object of type 'range_iterator' has no len()``), and a dict gave its
+    values where Python gives its keys. Python makes a tuple of any iterable other than a tuple: so does this
+    (``tuple(value)``, interpreted, so the iteration is traced as Python runs it)."""
+
+    def handler(inst: Any, /, **state: Any) -> Any:
+        stack = state["stack"]
+        position = -2 if inst.arg & 0x01 else -1  # the starred value is under the ``**`` mapping, if any
+        starred = stack.getitem_wrapped(position)
+        if active() and not isinstance(unwrap(starred), (tuple, list)):
+            as_tuple = interpret(tuple, starred)
+            if as_tuple is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+                return as_tuple
+            stack[position] = as_tuple
+        return original(inst, **state)
+
+    return handler
+
+
 def slices_clamped(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """``t[-4095:]`` of a dimension of 16 is all of it in Python and torch (a slice's start or stop below
     ``-length`` is clamped to 0); thunder's basic indexing refuses it (``start=-4095 is not a valid index for

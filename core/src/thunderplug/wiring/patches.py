@@ -20,7 +20,7 @@ import thunder
 import thunder.torch as ltorch
 import torch
 from thunder import clang
-from thunder.core import interpreter, jit_ext, transform_common, update_aliases
+from thunder.core import codeutils, interpreter, jit_ext, transform_common, update_aliases
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -33,7 +33,7 @@ from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
 
-from thunderplug.eager import compile_branches, functorch_transforms, inplace_grads, output_grads
+from thunderplug.eager import compile_branches, functorch_transforms, inplace_grads, output_grads, tensor_api
 from thunderplug.subclass import distributed, interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.subclass.values import subclass_flatten
@@ -127,8 +127,12 @@ PATCHES: tuple[Patch, ...] = (
         "a symbol called with a subclass proxy records the subclass op symbol instead (`TwoTensor.torch.mul`): "
         "one place for `torch.mul(x, 2)`, `x * 2`, `x.mul(2)`, `torch.ops.aten.mul.Tensor(x, 2)` and grad rules. "
         "A `Tensor.to` that changes nothing returns the tensor itself, as in eager (thunder records a "
-        "`shallow_copy` whose gradients it sums apart: transformers' RMSNorm drifted by ulps).",
-        features=("subclass.interception",),
+        "`shallow_copy` whose gradients it sums apart: transformers' RMSNorm drifted by ulps); so do `squeeze` and "
+        "`transpose` of a 0-dim tensor over dim 0 or -1 (thunder: `IndexError`). `torch.lerp` with a `start` smaller "
+        "than the shape it broadcasts to (a 0-dim start) gets `start` expanded to that shape: thunder's meta gave the "
+        "result `start`'s shape (wrong trace metadata; under grad `Failed to find a gradient transform ... "
+        "prims.lerp`); eager's shape, values and gradients.",
+        features=("subclass.interception", "eager.tensor_to", "eager.tensor_api"),
     ),
     Patch(
         "subclass aliases", update_aliases, "_get_new_alias", interception.new_alias, "discover() compilations",
@@ -567,6 +571,49 @@ PATCHES: tuple[Patch, ...] = (
         "before (interpreting a copy instead would give the module's globals another provenance, and stock "
         "thunder's prologue other guards).",
         features=("wiring.patches",),
+    ),
+    *(
+        Patch(
+            f"{operator.__qualname__} lookaside", _LOOKASIDES, operator,
+            tensor_api.remainder_operator(operator, _compiling_with_core), "discover() compilations",
+            "thunder bug: `x % y`, `2 % x` and `x %= y` of tensors failed (`TensorProxy.__mod__` looks up a method "
+            "`mod` thunder's torch language has not: `TypeError: 'NoneType' object is not callable`; `Proxy.__imod__` "
+            "refuses in-place operators): they are eager's `torch.remainder(x, y)`, `torch.remainder(2, x)` and "
+            "`x.remainder_(y)` (the sign of the divisor; `eager_backward_kernels` differentiates them as eager).",
+            features=("eager.tensor_api",),
+        )
+        for operator in tensor_api.REMAINDER_OPERATORS
+    ),
+    Patch(
+        "torch.return_types results", jit_ext, "general_jit_lookaside",
+        lambda original: tensor_api.structseq_results(original, _compiling_with_core), "discover() compilations",
+        "`x.max(1)`, `torch.sort(x)`, `x.topk(2)`, `torch.median(x, 0)` and every other call whose eager result is "
+        "a `torch.return_types` structseq return that structseq (thunder: the tuple of its fields, so "
+        "`x.max(1).values` failed with `AttributeError: values`); a jitted function returning it returns eager's type.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "structseqs printed as code", codeutils, "prettyprint",
+        lambda original: tensor_api.structseq_printing(original, _compiling_with_core), "discover() compilations",
+        "thunder printed a `torch.return_types` structseq in a trace (the epilogue returning `x.max(1)`) as its repr, "
+        "`max(values=t0, indices=t1)`, which fails when run: it prints as `torch.return_types.max((t0, t1))`.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "boolean mask indexing refused by name", clang, "_advanced_indexing",
+        lambda original: tensor_api.boolean_mask_refusal(original, _compiling_with_core), "discover() compilations",
+        "`x[mask]` with a boolean mask tensor stays refused (its shape depends on the mask's values), with the "
+        "program's line and what to do instead of thunder's bare `boolean advanced indexing is not implemented`.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "starred arguments as tuples", default_opcode_handler_map(), "CALL_FUNCTION_EX",
+        lambda original: fixes.starred_arguments_as_tuples(original, interpret_call, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: `f(*value)` of an iterable that is not a sequence (`x.permute(*reversed(range(x.ndim)))`, an "
+        "iterator, a generator) failed (`object of type 'range_iterator' has no len()`), and of a dict passed its "
+        "values: a tuple is made of it first, as Python does.",
+        features=("wiring.fixes",),
     ),
     Patch(
         "torch.cat lookaside", _LOOKASIDES, torch.cat,

@@ -1,0 +1,231 @@
+"""Parts of eager's tensor API that thunder 0.2.6's proxies and symbols lack or shape otherwise, in discover()
+compilations (wired in by ``thunderplug.wiring.patches``; docs/known-issues.md lists what they were).
+
+* ``x % y``, ``2 % x``, ``x %= y``: eager's ``Tensor.__mod__``/``__rmod__``/``__imod__`` are
+  ``torch.remainder`` (the sign of the divisor) and ``remainder_``; thunder's ``TensorProxy.__mod__`` looks up
+  a method ``mod`` its torch language context does not have (``TypeError: 'NoneType' object is not callable``),
+  and ``Proxy.__imod__`` refuses. The operators call ``thunder.torch.remainder``/``remainder_``
+  (:func:`remainder_operator`).
+* ``x.max(1).values``: eager returns ``torch.return_types`` structseqs (``max``, ``min``, ``sort``, ``topk``,
+  ``median``, ``kthvalue``, ``mode``, ``cummax``, ...), thunder's symbols plain tuples (``AttributeError:
+  values``). A call of such a torch function (or tensor method) in interpreted code returns the structseq eager
+  returns (:func:`structseq_results`), and traces print one as code that builds it (:func:`structseq_printing`),
+  so a jitted function that returns it returns eager's type.
+* ``torch.lerp(start, end, weight)`` with a ``start`` smaller than the broadcast shape (a 0-dim start and
+  larger ``end``/``weight``): thunder's meta gives the result ``start``'s shape; ``start`` is expanded to
+  the broadcast shape first (:func:`eager_arguments`, asked by the subclass core's ``Symbol.__call__``
+  replacement), eager's result shape, values and (through the expand) gradient sum.
+
+Refused, by name: ``x[mask]`` with a boolean mask tensor, whose result's shape depends on the mask's values
+(:func:`boolean_mask_refusal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import thunder.torch as ltorch
+import torch
+from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
+from thunder.core.proxies import Proxy, TensorProxy
+
+from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.tracing.aten import user_location
+
+# -- the % operators ------------------------------------------------------------------------------------------
+
+#: the proxy methods thunder's interpreter calls for ``%``, ``%`` reflected and ``%=``, with what eager computes
+REMAINDER_OPERATORS: dict[Callable[..., Any], Callable[[Any, Any], Any]] = {
+    TensorProxy.__mod__: lambda a, b: ltorch.remainder(a, b),
+    TensorProxy.__rmod__: lambda a, b: ltorch.remainder(b, a),
+    Proxy.__imod__: lambda a, b: ltorch.remainder_(a, b),
+}
+
+
+def remainder_operator(method: Callable[..., Any], active: Callable[[], bool]) -> Callable[[Any], Callable]:
+    """The lookaside of one of :data:`REMAINDER_OPERATORS`, whose ``original`` (thunder's) runs the proxy's method
+    opaquely: in discover() compilations, eager's ``torch.remainder`` for a tensor proxy; thunder's otherwise
+    (and for the other proxies, whose ``__imod__`` this also is)."""
+    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
+
+    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(
+        REMAINDER_OPERATORS[method])))
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def lookaside(a: Any, b: Any) -> Any:
+            if isinstance(unwrap(a), TensorProxy) and active():
+                return ours(a, b)
+            return original(a, b)
+
+        return lookaside
+
+    return make
+
+
+# -- torch.return_types ---------------------------------------------------------------------------------------
+
+
+def _result_types() -> tuple[dict[Any, type], dict[Any, type]]:
+    """The structseq type eager returns, by torch function (``torch.max``, ``torch.Tensor.max``,
+    ``torch.linalg.qr``) and by the thunder symbol a tensor method call reaches (``x.max(1)``: the method's
+    type, so ``x.qr()`` is ``torch.return_types.qr``, as ``torch.qr``, where ``torch.linalg.qr`` is
+    ``linalg_qr``)."""
+    symbols = torch_to_thunder_function_map()
+    by_function: dict[Any, type] = {}
+    by_symbol: dict[Any, type] = {}
+    for name in dir(torch.return_types):
+        cls = getattr(torch.return_types, name)
+        if name.endswith("_out") or not (isinstance(cls, type) and issubclass(cls, tuple)):
+            continue
+        if name.startswith("linalg_"):
+            found = [getattr(torch.linalg, name.removeprefix("linalg_"), None)]
+        else:
+            found = [getattr(torch, name, None), getattr(torch.Tensor, name, None)]
+        for function in found:
+            if function is None or function not in symbols:
+                continue
+            by_function[function] = cls
+            if not name.startswith("linalg_"):
+                by_symbol[symbols[function]] = cls
+    return by_function, by_symbol
+
+
+_BY_FUNCTION, _BY_SYMBOL = _result_types()
+#: what a call returns in eager, for the callables thunder's interpreter is asked to call
+RESULT_TYPES: dict[Any, type] = {**_BY_SYMBOL, **_BY_FUNCTION}
+
+
+def structseq_results(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's lookaside lookup (``general_jit_lookaside``): the lookaside of a callable whose eager result
+    is a ``torch.return_types`` structseq returns that structseq where thunder's symbol returns the tuple of
+    its fields (``torch.max(x)``, a tensor, is left as it is)."""
+
+    def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        lookaside = original(fn, *args, **kwargs)
+        try:
+            cls = RESULT_TYPES.get(fn)
+        except TypeError:  # an unhashable callable
+            return lookaside
+        if cls is None or lookaside is None or not active():
+            return lookaside
+        return _returning(cls, lookaside)
+
+    return replacement
+
+
+def _returning(cls: type, lookaside: Callable[..., Any]) -> Callable[..., Any]:
+    as_structseq = interpreter_needs_wrap(cls)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = lookaside(*args, **kwargs)
+        if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
+            return result
+        value = unwrap(result)
+        if type(value) is not tuple or len(value) != cls.n_fields:
+            return result
+        return as_structseq(result)
+
+    return call
+
+
+def structseq_printing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``codeutils.prettyprint``: a structseq (or a tuple, list or dict holding one) prints as the
+    code that builds it, ``torch.return_types.max((t0, t1))``; thunder printed its repr, ``max(values=t0,
+    indices=t1)``, which the epilogue then called (``TypeError: structseq() missing required argument``)."""
+
+    def replacement(x: Any, **kwargs: Any) -> Any:
+        if type(x) in _CONTAINERS or _is_structseq(x):
+            if active() and _holds_structseq(x):
+                leaf_kwargs = {k: v for k, v in kwargs.items() if k != "_quote_markers"}
+                return _printed(x, original, leaf_kwargs)
+        return original(x, **kwargs)
+
+    return replacement
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def _is_structseq(x: Any) -> bool:
+    return type(x).__module__ == "torch.return_types" and isinstance(x, tuple)
+
+
+def _holds_structseq(x: Any) -> bool:
+    if _is_structseq(x):
+        return True
+    if type(x) in (tuple, list):
+        return any(_holds_structseq(item) for item in x)
+    return type(x) is dict and any(_holds_structseq(item) for item in x.values())
+
+
+def _printed(x: Any, leaf: Callable[..., str], kwargs: dict) -> str:
+    if _is_structseq(x):
+        return f"torch.return_types.{type(x).__name__}({_printed(tuple(x), leaf, kwargs)})"
+    if type(x) is tuple:
+        return "(" + ", ".join(_printed(item, leaf, kwargs) for item in x) + ("," if len(x) == 1 else "") + ")"
+    if type(x) is list:
+        return "[" + ", ".join(_printed(item, leaf, kwargs) for item in x) + "]"
+    if type(x) is dict:
+        return "{" + ", ".join(f"{leaf(k)}: {_printed(v, leaf, kwargs)}" for k, v in x.items()) + "}"
+    return leaf(x, **kwargs)
+
+
+# -- lerp -----------------------------------------------------------------------------------------------------
+
+
+def eager_arguments(symbol: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """The arguments eager's kernel effectively takes, where thunder's symbol would trace another result:
+    ``lerp``'s ``start`` expanded to the shape it broadcasts to with ``end`` and ``weight`` (thunder's meta
+    gives the result ``start``'s shape: a 0-dim start gave a 0-dim result, and no gradient rule applied).
+    ``None``: the arguments as they are."""
+    if symbol is not ltorch.lerp:
+        return None
+    try:
+        bound = _LERP_SIGNATURE.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    start, end, weight = (bound.arguments.get(name) for name in ("start", "end", "weight"))
+    tensors = [t for t in (start, end, weight) if isinstance(t, TensorProxy)]
+    if type(start) is not TensorProxy or len(tensors) < 2:
+        return None
+    try:
+        shape = tuple(torch.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+    except RuntimeError:
+        return None  # thunder's own error
+    if shape == tuple(start.shape):
+        return None
+    return (ltorch.expand(start, shape), end, weight), {}
+
+
+def _lerp_signature() -> Any:
+    import inspect
+
+    return inspect.signature(ltorch.lerp.meta)
+
+
+_LERP_SIGNATURE = _lerp_signature()
+
+
+# -- boolean masks --------------------------------------------------------------------------------------------
+
+
+def boolean_mask_refusal(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's advanced indexing refuses a boolean mask tensor (``x[x > 0]``) with a message that names
+    neither the program's line nor what to do; the refusal stays (a trace has one shape per tensor, and this
+    one depends on the mask's values) and says both."""
+
+    def replacement(a: Any, /, key: Any) -> Any:
+        try:
+            return original(a, key)
+        except NotImplementedError as error:
+            if not active() or "boolean advanced indexing" not in str(error):
+                raise
+            raise NotImplementedError(
+                f"indexing a tensor with a boolean mask (`x[mask]`){user_location()} is not supported by "
+                "thunder.jit: the result's shape depends on the mask's values, which a trace does not know "
+                f"(thunder: {error}). Keep the shape with `torch.where(mask, x, 0)` or `x.masked_fill(~mask, 0)`, "
+                "or index outside the jitted function"
+            ) from None
+
+    return replacement
