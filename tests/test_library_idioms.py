@@ -634,3 +634,82 @@ def test_an_attention_mask_computed_from_parameters_gets_its_gradient(embedding)
     ((actual * actual).sum()).backward()
     assert parameter.grad is not None and torch.equal(parameter.grad, expected_grads[0])
     assert all(torch.equal(t.grad, e) for t, e in zip((q, k, v), expected_grads[1:], strict=True))
+
+
+def _normalized_top_k(scores):
+    """Mixtral's router: the top-k weights divided in place by their sum."""
+    weights, _ = torch.topk(scores.softmax(dim=-1), 2, dim=-1)
+    weights /= weights.sum(dim=-1, keepdim=True)
+    return weights
+
+
+def test_an_in_place_division_by_its_own_sum_as_eager():
+    """``copy_`` writes the quotient into the memory of the dividend, which the division's gradient reads: the
+    backward divided the quotient (a wrong router gradient, silently; stock thunder too). Eager saves the
+    original; the ``copy_`` now writes into a copy."""
+    torch.manual_seed(0)
+    _assert_bit_identical(_normalized_top_k, torch.randn(6, 4, requires_grad=True))
+
+
+class _CrossAttentionBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, h, memory):
+        scores = torch.softmax(self.q(h) @ self.k(memory).transpose(-1, -2), dim=-1)
+        return h + scores @ self.v(memory)
+
+
+class _EncoderDecoder(torch.nn.Module):
+    """Repeated blocks that all read one tensor requiring grad (BART's encoder output, read by each decoder
+    layer's keys and values), made after a dropout of probability ``p``."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        self.p = p
+        self.encoder = torch.nn.Linear(16, 16)
+        self.blocks = torch.nn.ModuleList(_CrossAttentionBlock() for _ in range(3))
+
+    def forward(self, x, y):
+        memory = F.dropout(self.encoder(x), self.p, self.p > 0)
+        for block in self.blocks:
+            y = block(y, memory)
+        return y
+
+
+def test_blocks_sharing_a_tensor_that_requires_grad_as_eager():
+    """Each block as a region of its own returned the sum of its uses' gradients, which autograd then added
+    up: eager adds them use by use, so the encoder's gradients were ulps apart. Such a model runs as one
+    trace."""
+    torch.manual_seed(0)
+    eager_model = _EncoderDecoder()
+    model = _EncoderDecoder()
+    model.load_state_dict(eager_model.state_dict())
+    x, y = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    for _ in range(2):
+        cotangent = torch.randn(2, 8, 16)
+        expected = eager_model(x, y)
+        expected.backward(cotangent)
+        actual = jitted(x, y)
+        actual.backward(cotangent)
+        assert torch.equal(actual, expected)
+        for (name, p), e in zip(model.named_parameters(), eager_model.parameters(), strict=True):
+            assert torch.equal(p.grad, e.grad), name
+
+
+def test_blocks_sharing_a_tensor_draw_random_numbers_once():
+    """The call that finds the shared tensor ran the model's code up to the second block: the random numbers
+    that part drew are drawn again by the one trace, from the same generator state."""
+    from thunderplug.caching import regions
+
+    x, y = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    states = []
+    for options in ({}, {regions.OPTION: False}):
+        torch.manual_seed(0)
+        jitted = thunder.jit(_EncoderDecoder(p=0.5), executors=thunderplug.discover(), **options)
+        torch.manual_seed(1)
+        jitted(x, y)
+        states.append(torch.get_rng_state())
+    assert torch.equal(states[0], states[1])

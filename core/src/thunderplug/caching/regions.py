@@ -36,7 +36,9 @@ around them. Here, in ``discover()`` compilations, the root's own code runs eage
   by type: the prologue checks the values the program reads); a block whose forward reads another
   value compiles its own. A call while a block has hooks of its own runs the model as one trace
   (:meth:`Regions.hooked`); once a call hands a block an object it may write to (a transformers
-  cache), the model runs as one trace from then on (:func:`_whole_model_when_unfit`).
+  cache), or a tensor requiring grad that an earlier block got (an encoder's output, shared position
+  embeddings: eager sums its gradient use by use, regions region by region), the model runs as one trace
+  from then on (:func:`_whole_model_when_unfit`; the random generators are set back first).
 
 The regions are chosen at the first ``discover()`` call and looked at again when a region's slot
 no longer holds its module (a block replaced after that call). The object ``thunder.jit`` returns
@@ -294,18 +296,51 @@ def _whole_model_when_unfit(call: Callable[..., Any], block: torch.nn.Module) ->
     * an argument is an object other than tensors, plain values and containers of them
       (:func:`_held_object`): its attributes written in the region (transformers' KV cache, filled by each
       layer) are not carried back by thunder 0.2.6, silently, and list appends on it do not fit a shared
-      compilation either.
+      compilation either;
+    * a tensor argument requiring grad was an argument of an earlier block of this call
+      (:func:`_shared_with_earlier_block`): BART's encoder output, read by every decoder layer's
+      cross-attention, DeBERTa's relative position embeddings, read by every layer. Eager's autograd
+      adds up its gradient one use at a time, in the order its backward reaches them; a region returns
+      the sum of its own uses, which the engine then adds to the other regions' sums: another order of
+      the same additions, ulps apart (BART drifted 1.2e-05 in three AdamW steps; one trace: bit-identical).
 
     The check runs before the block computes anything."""
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         if _call_wrapped(block):
             raise _RunWhole(from_now_on=False)
-        if _held_object((args, kwargs)) is not None:
+        if _held_object((args, kwargs)) is not None or _shared_with_earlier_block((args, kwargs)):
             raise _RunWhole(from_now_on=True)
         return call(*args, **kwargs)
 
     return checked
+
+
+_block_arguments = threading.local()  # ``seen``: id -> tensor, the grad-requiring tensors blocks got in this call
+
+
+def _shared_with_earlier_block(value: Any) -> bool:
+    """Whether a tensor in ``value`` (through tuples, lists and dicts) that requires grad was handed to an
+    earlier block in the root's call running in this thread (then noted for the blocks after this one)."""
+    seen = getattr(_block_arguments, "seen", None)
+    if seen is None or not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if any(seen.get(id(t)) is t for t in tensors):
+        return True
+    seen.update((id(t), t) for t in tensors)
+    return False
+
+
+@contextlib.contextmanager
+def _noting_block_arguments() -> Iterator[None]:
+    """The tensors blocks receive during one root call, for :func:`_shared_with_earlier_block`."""
+    outer = getattr(_block_arguments, "seen", None)
+    _block_arguments.seen = {}
+    try:
+        yield
+    finally:
+        _block_arguments.seen = outer
 
 
 def _call_wrapped(module: torch.nn.Module) -> bool:
@@ -355,12 +390,14 @@ def regional_forward(
         if regions is _WHOLE or regions.hooked() or (regions.shared_blocks and parameters_replaced()):
             return compiled_call(*args, **kwargs)
         compilations_before = regions.compilations()
+        rng = _rng_states()
         try:
-            with regions.installed():
+            with regions.installed(), _noting_block_arguments():
                 result = model(*args, **kwargs)
         except _RunWhole as unfit:
             if unfit.from_now_on:
                 this.__dict__[_REGIONS] = _WHOLE
+            _restore_rng_states(rng)  # the one trace draws the random numbers eager draws (dropout)
         else:
             regions.record_call(this, compilations_before)
             return result
@@ -368,6 +405,19 @@ def regional_forward(
         return compiled_call(*args, **kwargs)  # the model's eager code before the block ran once more
 
     return forward
+
+
+def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """torch's CPU generator state and, once CUDA is initialized, every device's."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _restore_rng_states(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    cpu, cuda = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _plan(model: torch.nn.Module, compile_data: Any, earlier: Regions | str | None) -> Regions | str:

@@ -26,6 +26,16 @@ trace it is given:
   them again in ``flat_args``, with the gradients of the inputs.
 
 Both are no-ops for a trace without in-place updates of inputs.
+
+A third step reads values as eager's autograd saves them. thunder's traces name values, but ``copy_(new,
+t)`` (how an in-place op ends) overwrites the memory of ``t`` at run time: an op of the joint trace that
+reads ``t`` (or a view of the same memory) after that ``copy_`` reads the new value where the trace
+means the old one. Backward formulas do exactly that: ``v /= v.sum(-1, keepdim=True)`` (Mixtral's
+router normalizing its top-k weights) saves ``v`` for the division's gradient, which then divided the
+updated ``v`` (a silently wrong router gradient, also with stock thunder). Eager saves a copy of the
+original for an in-place op whose derivative reads it (autograd's ``original_self``); here such a
+``copy_`` writes into a ``clone`` of its destination instead, where no view or input can tell
+(:func:`clobbered_reads_cloned`; a no-op for a trace where no op reads an overwritten value).
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transforms import register_grad
 from thunder.executors.pythonex import ex as pythonex
+
+from thunderplug.thunder_compat import syms_returning_views, syms_that_may_return_views
 
 #: the key under which the trace given to autodiff returns thunder's ``flat_args`` (updated values)
 _UPDATED = "thunderplug_updated_flat_args"
@@ -69,7 +81,7 @@ def keeping_gradient_identity(
     def grad_transform_on_trace(trace: TraceCtx, /, *args: Any, **kwargs: Any) -> TraceCtx:
         if not active():
             return original(trace, *args, **kwargs)
-        return _updated_values_returned(original(rewrite(trace), *args, **kwargs))
+        return clobbered_reads_cloned(_updated_values_returned(original(rewrite(trace), *args, **kwargs)))
 
     return grad_transform_on_trace
 
@@ -114,6 +126,82 @@ def _updated_values_returned(joint: TraceCtx) -> TraceCtx:
     restored = from_trace(joint)
     restored.bound_symbols = [*joint.bound_symbols[:-1], returned.from_bsym(args=(results, *returned.args[1:]))]
     return restored
+
+
+def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
+    """``joint`` where a ``copy_`` would overwrite a value some later op reads (by its name: the value
+    before the update) writes into a ``clone`` of it instead, taken just before the ``copy_``.
+
+    Only where nothing else can see the difference: the destination is no input of the function
+    and shares its memory with no view, only with the names thunder's alias updates gave the same
+    tensor (the ``copy_``'s output, which later ops read for the updated value, is then the clone).
+    Writing into the clone rather than saving a clone of the old value keeps thunder's split of
+    the joint trace as it is: the clone is computed in the forward, where the ``copy_`` reads it.
+    The final return is not a later read (it returns tensors, whose memory eager's in-place ops
+    change too)."""
+    bsyms = joint.bound_symbols
+    copies = [index for index, bsym in enumerate(bsyms[:-1]) if _is_copy(bsym)]
+    if not copies:
+        return joint
+    inputs = {variableify(p) for p in tree_flatten((joint.args, joint.kwargs))[0] if isinstance(p, TensorProxy)}
+    views = {*syms_returning_views(), *syms_that_may_return_views()}
+    memory: dict = {}  # variableified proxy -> the set of names of its tensor (one set per tensor)
+    viewed: set = set()  # names of tensors a view was taken of, or that are views
+
+    def group(p: TensorProxy) -> set:
+        return memory.setdefault(variableify(p), {variableify(p)})
+
+    def join(a: TensorProxy, b: TensorProxy) -> None:
+        ga, gb = group(a), group(b)
+        if ga is not gb:
+            ga |= gb
+            for member in gb:
+                memory[member] = ga
+
+    targets: set[int] = set()  # positions of the copy_ ops to redirect
+    for index, bsym in enumerate(bsyms[:-1]):
+        reads = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+        outputs = [p for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)]
+        if bsym.sym.id == prims.PrimIDs.UPDATE_ALIASES:  # outputs: new names of the inputs, in order
+            for p, out in zip(reads, outputs):
+                join(p, out)
+        elif reads and (bsym.sym in views or bsym.sym.id in _VIEW_PRIMS):
+            viewed.update(variableify(p) for p in (reads[0], *outputs))
+        if index not in copies:
+            continue
+        names = group(reads[1])
+        if names & inputs or names & viewed:
+            continue
+        later = {variableify(p) for b in bsyms[index + 1 : -1] for p in b.flat_proxy_args}
+        if names & later:
+            targets.add(index)
+    if not targets:
+        return joint
+    rewritten = from_trace(joint)
+    with tracectx(rewritten):
+        for index, bsym in enumerate(bsyms):
+            if index in targets:
+                destination = bsym.args[1]
+                clone = TensorProxy(like=destination, requires_grad=False)
+                rewritten.bound_symbols.append(prims.clone.bind(destination, output=clone))
+                bsym = bsym.from_bsym(args=(bsym.args[0], clone, *bsym.args[2:]))
+            rewritten.bound_symbols.append(bsym)
+    return rewritten
+
+
+def _is_copy(bsym: BoundSymbol) -> bool:
+    return (
+        bsym.sym.id == prims.PrimIDs.COPY_
+        and len(bsym.args) >= 2
+        and all(isinstance(a, TensorProxy) for a in bsym.args[:2])
+    )
+
+
+#: prims whose output shares its input's memory when run by thunder's torch executor
+_VIEW_PRIMS = {
+    prims.PrimIDs.BROADCAST_IN_DIM, prims.PrimIDs.RESHAPE, prims.PrimIDs.VIEW, prims.PrimIDs.TRANSPOSE,
+    prims.PrimIDs.SLICE, prims.PrimIDs.SQUEEZE,
+}
 
 
 def _returns_flat_args(returned: BoundSymbol) -> bool:

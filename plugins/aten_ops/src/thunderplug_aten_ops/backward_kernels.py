@@ -23,6 +23,13 @@ the backward is ATen's backward kernel where eager's autograd calls one (``thres
 order and run as one operator, so no fuser regroups it. Gradients of broadcast operands are summed
 back with ``sum_to_size`` and cast to the input's dtype, as eager's autograd engine does.
 
+Two ops are here for their gradients' bits rather than NaN/inf: ``torch._grouped_mm`` (transformers' MoE
+experts; thunder's symbol takes no ``offs``), with ATen's arguments and kernel and derivatives.yaml's
+layout-dependent backward (:mod:`thunderplug_aten_ops.grouped_mm`); and ``linear`` with a bias on an input of
+3 or more dims, whose bias gradient eager sums over the rows of a copy of the upstream gradient (ATen runs a
+contiguous batched ``linear`` as one ``addmm``), where thunder summed the gradient as it arrived (a key
+bias's gradient, zero but for rounding, differed: DeBERTa-v2).
+
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
 exclude=["eager_backward_kernels"])`` turns the executor off.
@@ -41,6 +48,7 @@ from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
 from thunderplug.tracing.fake import to_torch_value
+from thunderplug_aten_ops import grouped_mm
 from thunderplug_aten_ops.eager_kernels import _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"
@@ -201,6 +209,20 @@ def _logsumexp_backward(grad, a, result, dims, keepdim):
     return grad * (a - result).exp()
 
 
+def _linear_bias_backward(grad, a, bias):
+    """The bias's gradient as eager's ``linear`` computes it. ATen runs a contiguous input of 3 or more
+    dims as one matrix product (``_flatten_nd_linear``: ``addmm`` on ``input.view(-1, in)``, the result
+    viewed back): the gradient is reshaped into rows, which copies it when it arrives in another layout
+    (DeBERTa's keys, transposed for ``q @ k.T``), and ``addmm``'s bias gradient sums those rows. Summed
+    over the leading dims as the gradient arrives instead (thunder's rule), the near-zero sums of a key
+    bias (softmax cancels it) differ in their last bits. Other inputs: ``matmul`` then ``add``, whose
+    bias gradient is summed from the gradient as it arrives."""
+    if a.dim() >= 3 and a.is_contiguous():
+        rows = grad.reshape(-1, grad.shape[-1])
+        return (rows if rows.is_contiguous() else rows.contiguous()).sum(0)
+    return grad.sum(tuple(range(grad.dim() - 1)))
+
+
 def _normalize_backward(grad, a, p, dim, eps):
     """``F.normalize`` is composite in eager (``a / vector_norm(a).clamp_min(eps)``): its backward
     is eager autograd's through that composition (``norm_backward`` masks the zeros a p < 1 norm
@@ -332,6 +354,9 @@ class _Kernels:
         self.zeta_backward = formula("zeta_backward", _zeta_backward, (2,))
         self.zeta_self_backward = formula("zeta_self_backward", _not_implemented("zeta"))
         self.max_dim_backward = formula("max_dim_backward", _max_dim_backward)
+        self.linear = op("linear", aten.linear.default)
+        self.linear_inference = executor.register_operator("linear", like=ltorch.linear, module=torch.nn.functional)
+        self.linear_bias_backward = formula("linear_bias_backward", _linear_bias_backward, (2,))
 
     def threshold_backward_at_zero(self, grad: TensorProxy, result: TensorProxy) -> TensorProxy:
         """``relu``'s backward: ``threshold_backward(grad, result, 0)``."""
@@ -632,6 +657,26 @@ class _Rules:
         return out
 
 
+    # linear with a bias, on a batched input: the bias's gradient as eager sums it ----------------
+
+    @staticmethod
+    def linear_checker(a: Any, w: Any, /, bias: Any = None) -> bool:
+        return (_float(a) and a.ndim >= 3 and _float(w) and _float(bias) and bias.ndim == 1
+                and a.dtype == w.dtype == bias.dtype)
+
+    def linear_execute(self, a, w, /, bias=None):
+        return self.k.linear_inference(a, w, bias)
+
+    def linear_grad(self, a, w, /, bias=None):
+        """thunder's own rule (``_linear_prim_grad``) for the input and the weight, eager's for the bias."""
+        out = self.k.linear(a, w, bias)
+        g = get_grad(out)
+        rows = g.reshape(-1, g.shape[-1])
+        put_grad(a, ltorch.matmul(rows, w).reshape(a.shape))
+        put_grad(w, ltorch.matmul(g.reshape(-1, g.shape[-1]).mT, a.reshape(-1, a.shape[-1])))
+        put_grad(bias, self.k.linear_bias_backward(g, a, bias))
+        return out
+
     # flip, lerp, remainder, nextafter, zeta: thunder 0.2.6 has no rule for their prims -------------
 
     @staticmethod
@@ -779,6 +824,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.remainder: ("remainder_checker", "remainder_execute", "remainder_grad"),
     ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
     ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
+    ltorch.linear: ("linear_checker", "linear_execute", "linear_grad"),
 }
 
 
@@ -834,4 +880,5 @@ def build_executor() -> OperatorExecutor:
     for symbol, names in (*_RULES.items(), *_ATEN_RULES.items()):
         checker, execute, grad = (getattr(rules, name) for name in names)
         executor.register_implementation(symbol, checker=checker, execution_transform=execute, grad_transform=grad)
+    grouped_mm.register(executor)
     return executor

@@ -43,6 +43,7 @@ def register_executors(register) -> None:
             backward_kernels.EXECUTOR_NAME,
             backward_kernels.build_executor,
             Priority.EAGER_KERNELS,
-            "eager's kernels and derivative formulas, forward and backward, for activations, clamp, pow, max/min",
+            "eager's kernels and derivative formulas, forward and backward, for activations, clamp, pow, max/min, "
+            "torch._grouped_mm, a batched linear's bias",
         )
     )
