@@ -140,7 +140,7 @@ def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
     The final return is not a later read (it returns tensors, whose memory eager's in-place ops
     change too)."""
     bsyms = joint.bound_symbols
-    copies = [index for index, bsym in enumerate(bsyms[:-1]) if _is_copy(bsym)]
+    copies = {index for index, bsym in enumerate(bsyms[:-1]) if _is_copy(bsym)}
     if not copies:
         return joint
     inputs = {variableify(p) for p in tree_flatten((joint.args, joint.kwargs))[0] if isinstance(p, TensorProxy)}
@@ -159,6 +159,7 @@ def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
                 memory[member] = ga
 
     targets: set[int] = set()  # positions of the copy_ ops to redirect
+    last_read = {variableify(p): index for index, bsym in enumerate(bsyms[:-1]) for p in bsym.flat_proxy_args}
     for index, bsym in enumerate(bsyms[:-1]):
         reads = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
         outputs = [p for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)]
@@ -169,11 +170,10 @@ def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
             viewed.update(variableify(p) for p in (reads[0], *outputs))
         if index not in copies:
             continue
-        names = group(reads[1])
+        names = group(bsym.args[1])
         if names & inputs or names & viewed:
             continue
-        later = {variableify(p) for b in bsyms[index + 1 : -1] for p in b.flat_proxy_args}
-        if names & later:
+        if any(last_read.get(name, -1) > index for name in names):
             targets.add(index)
     if not targets:
         return joint
