@@ -312,12 +312,6 @@ class KnownIssue:
 
 KNOWN_ISSUES = [
     KnownIssue(
-        "KI-5 prod gradient with zero elements",
-        "thunder 0.2.6's prod gradient divides by the input: NaN where an element is 0 (eager is finite)",
-        r"\.prod\(\)",
-        r"^wrong_grad: .*\(nan where eager is finite\)",
-    ),
-    KnownIssue(
         "KI-8 result dtype of a flattened 0-dim tensor under autodiff",
         "thunder 0.2.6 promotes `y.flatten() * s` (y 0-dim float32, s 0-dim float64) to float64 when grad is on",
         r"\.flatten\(\)|\.reshape\(-1\)",

@@ -174,6 +174,21 @@ def test_structseq_results_are_eagers(name, grad, plug):
                            torch.autograd.grad(expected.values, x, cotangent)[0])
 
 
+def test_remainder_of_a_number_by_a_tensor_runs_and_its_backward_raises_as_eagers(plug):
+    """``2 % x`` is eager's ``remainder.Scalar_Tensor``: its values, a result that requires grad, and a backward
+    that raises eager's error (eager has no derivative for it); stock thunder fails on ``%``."""
+    (x,) = _inputs((5, 7))
+    for fn in (lambda x: 2 % x, lambda x: 2.5 % (x * 2)):
+        expected = fn(x)
+        out = thunder.jit(fn, executors=plug)(x)
+        assert torch.equal(out, expected) and out.dtype == expected.dtype and out.requires_grad
+        for result in (out, expected):
+            with pytest.raises(RuntimeError, match="derivative for aten::remainder is not implemented"):
+                result.sum().backward()
+        with pytest.raises(TypeError, match="'NoneType' object is not callable"):
+            thunder.jit(fn)(x)
+
+
 def test_remainder_in_place_on_an_input_updates_it_as_eager(plug):
     def fn(x, y):
         x %= y
@@ -242,3 +257,40 @@ def test_squeeze_of_a_0dim_tensor_keeps_torchs_errors(plug):
     with pytest.raises(Exception):  # noqa: B017 - thunder's own error for a dim out of range
         thunder.jit(lambda s: s.squeeze(1), executors=plug)(s)
 
+
+def _hypot_of_prod(x):
+    v0 = torch.relu(x)
+    return torch.hypot(v0, v0.prod())  # hypot's backward is 0/0 where v0 == 0 and the product is 0: inf
+
+
+#: once KI-5: products with zeros, whose gradients eager computes without dividing by the input
+PROD_PROGRAMS = {
+    "hypot_of_prod": _hypot_of_prod,
+    "prod_one_zero": lambda x: (x * (x > -1.4)).prod() * x,
+    "prod_zeros": lambda x: torch.relu(x).prod() + x,
+    "prod_dim_zeros": lambda x: torch.relu(x).prod(1, keepdim=True) * x,
+    "prod_dim": lambda x: torch.prod(x, 0),
+}
+
+
+@pytest.mark.parametrize("name", PROD_PROGRAMS)
+def test_prod_gradient_with_zeros_is_eagers(name, plug):
+    """``prod``'s backward is eager's ``prod_backward`` (KI-5): thunder's ``prod * g / x`` is NaN at a zero, and
+    everywhere for a non-finite cotangent, where eager's is finite; values and gradients bit for bit, with an
+    infinite cotangent in one column."""
+    fn = PROD_PROGRAMS[name]
+    (x,) = _inputs((3, 4))
+
+    def run(call):
+        inputs = x.detach().clone().requires_grad_()
+        out = call(inputs)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        cotangent[..., 0] = float("inf")
+        return out.detach(), torch.autograd.grad(out, inputs, cotangent)[0]
+
+    expected_out, expected_grad = run(fn)
+    out, grad = run(thunder.jit(fn, executors=plug))
+    assert torch.equal(out, expected_out)
+    assert torch.equal(grad.view(torch.int32), expected_grad.view(torch.int32))  # bits: NaN where eager's are
+    if name == "hypot_of_prod":
+        assert not expected_grad.isnan().any() and run(thunder.jit(fn))[1].isnan().any()

@@ -1,7 +1,8 @@
 """The ``eager_backward_kernels`` executor: activations, clamps, powers, element-wise and reduced
 maxima run as eager autograd runs them, forward and backward; and the ops thunder 0.2.6 cannot
 differentiate at all (``flip``, ``lerp``, ``remainder``; ``nextafter`` and zeta's first argument,
-whose backward raises eager's ``NotImplementedError``).
+whose backward raises eager's ``NotImplementedError``, as ``2 % x``'s raises eager's ``RuntimeError``);
+``prod``, whose rule in thunder divides by the input (NaN at zeros).
 
 Why: with gradients enabled thunder differentiates these ops through its own decompositions and
 rules, which differ from eager in two ways.
@@ -166,6 +167,51 @@ def _not_implemented(op: str) -> Callable[..., Any]:
 
     def backward(grad, a):
         raise NotImplementedError(f"the derivative for '{op}' is not implemented.")
+
+    return backward
+
+
+def _prod_backward(grad, a, result, dim, keepdim):
+    """``prod_backward`` (both overloads): ``grad * (result / a)`` without zeros; with zeros, the product of the
+    other elements (``prod_safe_zeros_backward``), and for the whole product with two or more zeros (grad mode
+    off, as in a backward without ``create_graph``) zeros, whatever the cotangent (thunder's rule divides by
+    ``a``: NaN at a zero, and for a non-finite cotangent NaN everywhere)."""
+    if a.dim() == 0:
+        return grad
+    if dim is None:
+        zeros = (a == 0).nonzero()
+        if zeros.numel() == 0:
+            return grad * (result / a)
+        if not torch.is_grad_enabled() and zeros.shape[0] > 1:
+            return torch.zeros_like(a)
+        return _prod_safe_zeros_backward(grad, a.contiguous().view(-1), 0).view_as(a)
+    dim = dim % a.dim()
+    if not keepdim:
+        grad, result = grad.unsqueeze(dim), result.unsqueeze(dim)
+    if int((a == 0).sum(dim, True).sum().item()) == 0:
+        return grad * (result / a)
+    return _prod_safe_zeros_backward(grad, a, dim)
+
+
+def _prod_safe_zeros_backward(grad, a, dim):
+    """The product of every element but one along ``dim``: exclusive cumulative products from both ends."""
+    if a.numel() == 0:
+        return grad.expand_as(a)
+    ones_size = list(a.shape)
+    ones_size[dim] = 1
+    ones = torch.ones(ones_size, dtype=grad.dtype, device=grad.device)
+    exclusive_normal = torch.cat([ones, a.narrow(dim, 0, a.shape[dim] - 1)], dim).cumprod(dim)
+    narrow_reverse = a.narrow(dim, 1, a.shape[dim] - 1).flip(dim)
+    exclusive_reverse = torch.cat([ones, narrow_reverse], dim).cumprod(dim).flip(dim)
+    return grad * (exclusive_normal * exclusive_reverse)
+
+
+def _derivative_not_implemented(op: str) -> Callable[..., Any]:
+    """Eager's error for an overload ``derivatives.yaml`` does not list (``remainder.Scalar_Tensor``: ``2 % x``):
+    its node raises ``RuntimeError`` when the backward reaches it."""
+
+    def backward(grad, a):
+        raise RuntimeError(f"derivative for {op} is not implemented")
 
     return backward
 
@@ -348,6 +394,12 @@ class _Kernels:
         self.remainder_tensor = op("remainder_tensor", aten.remainder.Tensor)
         self.remainder_backward = formula("remainder_backward", _remainder_backward, (1, 2))
         self.remainder_scalar_backward = formula("remainder_scalar_backward", _remainder_scalar_backward)
+        self.remainder_scalar_tensor = op("remainder_scalar_tensor", aten.remainder.Scalar_Tensor)
+        self.prod = op("prod", aten.prod.default)
+        self.prod_dim = op("prod_dim", aten.prod.dim_int)
+        self.prod_backward = formula("prod_backward", _prod_backward)
+        self.remainder_scalar_tensor_backward = formula(
+            "remainder_scalar_tensor_backward", _derivative_not_implemented("aten::remainder"))
         self.nextafter = op("nextafter", aten.nextafter.default)
         self.nextafter_backward = formula("nextafter_backward", _not_implemented("nextafter"))
         self.zeta = op("zeta", aten.special_zeta.default)
@@ -702,8 +754,8 @@ class _Rules:
         else:
             tensors = (start, end)
             ok = isinstance(weight, Number) and not isinstance(weight, (bool, complex))
-        # thunder's lerp takes its result's shape from ``start`` (docs/known-issues.md KI-6): only where
-        # that is the broadcast shape does the traced result have eager's shape
+        # thunder's lerp takes its result's shape from ``start``: only where that is the broadcast shape does the
+        # traced result have eager's shape (discover() expands a smaller start first: thunderplug.eager.tensor_api)
         return ok and _broadcast_shape(tensors) == tuple(start.shape)
 
     def lerp_execute(self, start, end, weight):
@@ -726,6 +778,8 @@ class _Rules:
 
     @staticmethod
     def remainder_checker(a: Any, b: Any, /) -> bool:
+        if _is_scalar(a):  # ``2 % x``: eager's ``remainder.Scalar_Tensor``, which eager cannot differentiate
+            return _float(b)
         if not _float(a):
             return False
         if isinstance(b, TensorProxy):
@@ -733,9 +787,15 @@ class _Rules:
         return isinstance(b, Number) and not isinstance(b, (bool, complex))
 
     def remainder_execute(self, a, b, /):
+        if _is_scalar(a):
+            return self.k.remainder_scalar_tensor(a, b)
         return self.k.remainder_tensor(a, b) if isinstance(b, TensorProxy) else self.k.remainder_scalar(a, b)
 
     def remainder_grad(self, a, b, /):
+        if _is_scalar(a):
+            out = self.k.remainder_scalar_tensor(a, b)
+            put_grad(b, self.k.remainder_scalar_tensor_backward(get_grad(out), b))
+            return out
         if isinstance(b, TensorProxy):
             out = self.k.remainder_tensor(a, b)
             ga, gb = self.k.remainder_backward(get_grad(out), a, b)
@@ -744,6 +804,21 @@ class _Rules:
             return out
         out = self.k.remainder_scalar(a, b)
         put_grad(a, self.k.remainder_scalar_backward(get_grad(out), a))
+        return out
+
+    @staticmethod
+    def prod_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
+        """``torch.prod(x)`` and ``torch.prod(x, dim)`` of a float tensor, without a ``dtype``."""
+        if not (_float(a) and dtype is None and isinstance(keepdim, bool)):
+            return False
+        return (dim is None and not keepdim) or (isinstance(dim, int) and not isinstance(dim, bool))
+
+    def prod_execute(self, a, /, dim=None, keepdim=False, *, dtype=None):
+        return self.k.prod(a) if dim is None else self.k.prod_dim(a, dim, keepdim)
+
+    def prod_grad(self, a, /, dim=None, keepdim=False, *, dtype=None):
+        out = self.prod_execute(a, dim, keepdim)
+        put_grad(a, self.k.prod_backward(get_grad(out), a, out, dim, keepdim))
         return out
 
     def nextafter_execute(self, a, b, /):
@@ -767,6 +842,10 @@ class _Rules:
         put_grad(a, self.k.zeta_self_backward(get_grad(out), a))  # eager: not implemented for ``self``
         put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
         return out
+
+
+def _is_scalar(a: Any) -> bool:
+    return isinstance(a, Number) and not isinstance(a, (bool, complex))
 
 
 def _flip_dims(dims: tuple) -> tuple:
@@ -822,6 +901,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.flip: ("flip_checker", "flip_execute", "flip_grad"),
     ltorch.lerp: ("lerp_checker", "lerp_execute", "lerp_grad"),
     ltorch.remainder: ("remainder_checker", "remainder_execute", "remainder_grad"),
+    ltorch.prod: ("prod_checker", "prod_execute", "prod_grad"),
     ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
     ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
     ltorch.linear: ("linear_checker", "linear_execute", "linear_grad"),
