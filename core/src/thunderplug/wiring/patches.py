@@ -658,7 +658,10 @@ PATCHES: tuple[Patch, ...] = (
         "thunder bug: a result holding an object of a plain class that the function made (transformers' "
         "`DynamicCache`, which causal LMs return under the config's default `use_cache=True`, in training too) "
         "failed with `NotImplementedError: unhandled value of type`: it is rebuilt after the call, a new instance "
-        "of its class whose attributes are the values the function left (the cache's key and value tensors).",
+        "of its class whose attributes are the values the function left (the cache's key and value tensors). A "
+        "returned value thunder kept no current wrapper for (Falcon's cache in its `return_dict=False` tuple, an "
+        "attribute written through `obj.__dict__`) came back as in tracing, holding proxies or an earlier value "
+        "(silently): it is rebuilt from its values where tracing left proxies, dtypes or devices in it.",
         features=("wiring.fixes",),
     ),
     *(
