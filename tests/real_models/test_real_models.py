@@ -86,11 +86,6 @@ def _eager(eager_runs, name: str, prepare=lambda model: model):
 #: issue 36's families where discover() is not (yet) eager's, as measured (transformers 5.25); aot_eager is
 #: bit-identical on each of them. ``fails``: the error the compilation or the comparison raises
 DISCOVER_GAPS = {
-    # their relative position biases make SDPA's mask require grad: eager runs its math kernel, thunder its own math
-    "hf_t5": "drifts from eager: 5.7e-07 at grad model.decoder.block.1.layer.1.EncDecAttention.q.weight at step 1",
-    "hf_swin": "drifts from eager: 6.5e-06 at final model.swin.encoder.layers.1.blocks.0.attention.k_proj.bias",
-    # the broadcast gradient of its layer scale (gamma * x over (batch, h, w)) summed in another order: 1 ulp
-    "hf_convnext": "drifts from eager: 7.1e-07 at final model.convnext.encoder.stages.1.layers.0.pwconv1.weight",
 }
 DISCOVER_FAILS = {
 }

@@ -405,8 +405,8 @@ def _sdpa_mask(q, k, v, mask):
     [
         (_softmax_cast, lambda r: [r(4, 8).float()], "eager_softmax"),
         (_cross_entropy_probabilities, lambda r: [r(12, 5), Frozen(r(12, 5).softmax(-1))], "eager_nll"),
-        # thunder's own SDPA decomposition then meets softmax, which the executor may take
-        (_sdpa_mask, lambda r: [r(2, 3, 8, 4), r(2, 3, 8, 4), r(2, 3, 8, 4), r(8, 8)], "eager_sdpa"),
+        # a mask requiring grad: never the flash kernel (its backward gives the mask none); eager's math composite
+        (_sdpa_mask, lambda r: [r(2, 3, 8, 4), r(2, 3, 8, 4), r(2, 3, 8, 4), r(8, 8)], "eager_sdpa_flash"),
     ],
     ids=["softmax_dtype", "probability_targets", "sdpa_mask"],
 )

@@ -45,6 +45,8 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.executors.pythonex import ex as pythonex
 
+from thunderplug.eager import tied_grads
+
 #: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
 _FLAG = "_thunderplug_non_differentiable"
 
@@ -220,10 +222,15 @@ def _is_joint_return(args: tuple) -> bool:
 
 
 def autograd_forward(original: Callable[..., Any]) -> Any:
-    """thunder's autograd Function ``forward``, also marking the outputs the trace flagged."""
+    """thunder's autograd Function ``forward``, also marking the outputs the trace flagged, and summing the
+    gradients of one tensor passed as several inputs in eager's order (:mod:`thunderplug.eager.tied_grads`)."""
 
     def forward(ctx: Any, *args: Any) -> Any:
         outputs = original(ctx, *args)
+        # ThunderFunction's arguments: (return_none_instead_of_grads, compiled_backward, side_channel, saved_tensors,
+        # saved_other, is_differentiable_outputs, flat_output, *flat_args); ThunderOutputFunction has no backward
+        if callable(getattr(ctx, "compiled_backward", None)) and (tied := tied_grads.tied_positions(args[7:])):
+            ctx.compiled_backward = tied_grads.sum_tied_in_backward(ctx.compiled_backward, tied)
         flagged = [o for o in outputs if isinstance(o, torch.Tensor) and o.__dict__.pop(_FLAG, False)]
         if flagged:
             ctx.mark_non_differentiable(*(getattr(ctx, "non_differentiable", None) or ()), *flagged)

@@ -48,6 +48,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
+from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops import grouped_mm
 from thunderplug_aten_ops.eager_kernels import _float, _operator
@@ -69,6 +70,30 @@ def _as_input(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if grad.shape != like.shape:
         grad = grad.sum_to_size(like.shape)
     return grad.to(like.dtype) if grad.dtype != like.dtype else grad
+
+
+def _mul_backward(grad, other, a):
+    """``mul_tensor_backward(grad, other)``: ``grad * other``, the cotangent first (its layout decides the
+    product's, and so the order in which a broadcast operand's gradient is summed), then summed to ``a``."""
+    return _as_input(grad * other, a)
+
+
+def _mean_backward(grad, a, dims, keepdim):
+    """``mean``'s rule (``grad.expand(sizes) / numel``; ``mean_backward`` for dims): the cotangent expanded to
+    the input's shape, then divided, which gives a tensor of the input's shape in the layout the division picks
+    (thunder's rule divides first and expands the quotient: the same values in a stride-0 layout, which decides
+    the order in which later reductions sum them, e.g. a layer scale's broadcast gradient after ConvNeXt's
+    pooler)."""
+    if not dims:  # all of them
+        return grad.expand(a.shape) / a.numel()
+    dims = sorted(d % a.ndim for d in dims) if a.ndim else []
+    count = 1
+    for d in dims:
+        count *= a.shape[d]
+    if not keepdim:
+        for d in dims:
+            grad = grad.unsqueeze(d)
+    return grad.expand(a.shape) / count
 
 
 def _rsqrt_backward(grad, result):
@@ -356,6 +381,11 @@ class _Kernels:
         self.hardshrink_backward = kernel("hardshrink_backward", aten.hardshrink_backward.default)
         self.softshrink = op("softshrink", aten.softshrink.default)
         self.softshrink_backward = kernel("softshrink_backward", aten.softshrink_backward.default)
+        self.mul = op("mul", aten.mul.Tensor)
+        self.mul_backward = formula("mul_backward", _mul_backward, (2,))
+        self.mean = op("mean", aten.mean.default)
+        self.mean_dim = op("mean_dim", aten.mean.dim)
+        self.mean_backward = formula("mean_backward", _mean_backward)
         self.rsqrt = op("rsqrt", aten.rsqrt.default)
         self.rsqrt_backward = formula("rsqrt_backward", _rsqrt_backward)
         self.reciprocal = op("reciprocal", aten.reciprocal.default)
@@ -552,6 +582,48 @@ class _Rules:
             return out
         out = self.k.pow_scalar(a, b)
         put_grad(a, self.k.pow_scalar_backward(get_grad(out), a, b))
+        return out
+
+    # mul with a broadcast operand requiring grad: its gradient summed as eager sums it ----------
+
+    @staticmethod
+    def mul_checker(a: Any, b: Any, /) -> bool:
+        """Two float tensors of one dtype, of different shapes, one of them known to require grad (asked while
+        autodiff runs; elsewhere thunder's ``mul`` stays, for the fusers). thunder's rule multiplies
+        ``other * grad``, eager's ``grad * other``: the same values, but the product takes the layout of its
+        first operand, and a broadcast operand's gradient is the sum of that product (a ConvNeXt layer scale's
+        ``gamma * x`` on a permuted cotangent: 1 ulp)."""
+        return (_float(a) and _float(b) and a.dtype == b.dtype and tuple(a.shape) != tuple(b.shape)
+                and _broadcast_shape((a, b)) is not None and bool(requires_grad(a) or requires_grad(b)))
+
+    def mul_execute(self, a, b, /):
+        return self.k.mul(a, b)
+
+    def mul_grad(self, a, b, /):
+        out = self.k.mul(a, b)
+        g = get_grad(out)
+        put_grad(a, self.k.mul_backward(g, b, a))
+        put_grad(b, self.k.mul_backward(g, a, b))
+        return out
+
+    # mean: its cotangent expanded, then divided, as eager's rule computes it ----------------------
+
+    @staticmethod
+    def mean_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
+        """A float mean without ``dtype``, known to require grad (asked while autodiff runs; elsewhere thunder's
+        ``mean`` stays, for the fusers)."""
+        return (_float(a) and dtype is None and isinstance(keepdim, bool)
+                and (dim is None or isinstance(dim, int) or all(isinstance(d, int) for d in dim))
+                and bool(requires_grad(a)))
+
+    def mean_execute(self, a, /, dim=None, keepdim=False, *, dtype=None):
+        if dim is None:
+            return self.k.mean(a) if not keepdim else self.k.mean_dim(a, None, True)
+        return self.k.mean_dim(a, _dims(a, dim), keepdim)
+
+    def mean_grad(self, a, /, dim=None, keepdim=False, *, dtype=None):
+        out = self.mean_execute(a, dim, keepdim)
+        put_grad(a, self.k.mean_backward(get_grad(out), a, _dims(a, dim), keepdim))
         return out
 
     # rsqrt, abs -----------------------------------------------------------------------------
@@ -887,6 +959,8 @@ _ACTIVATIONS: dict[Any, tuple[str, str, str, Callable[..., tuple]]] = {
 #: other ops: ltorch symbol -> (checker, execution transform, grad transform) names on :class:`_Rules`
 _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.pow: ("pow_checker", "pow_execute", "pow_grad"),
+    ltorch.mul: ("mul_checker", "mul_execute", "mul_grad"),
+    ltorch.mean: ("mean_checker", "mean_execute", "mean_grad"),
     ltorch.rsqrt: ("unary_checker", "rsqrt_execute", "rsqrt_grad"),
     ltorch.reciprocal: ("unary_checker", "reciprocal_execute", "reciprocal_grad"),
     ltorch.abs: ("unary_checker", "abs_execute", "abs_grad"),

@@ -35,8 +35,11 @@ it; eager's function runs the same ATen kernel that the checker found eager pick
 
 Checkers decline (leaving the op to thunder) when eager would not run the kernel claimed here:
 tensor-subclass arguments (the core unrolls those), softmax with a dtype cast, cross-entropy with
-label smoothing or probability targets, SDPA with a mask requiring a gradient, dropout,
-or a shape eager routes to its math fallback. SDPA with a boolean mask is claimed: eager hands the
+label smoothing or probability targets, SDPA with dropout, or a shape eager routes to its math fallback.
+SDPA with a float mask requiring a gradient (T5's and Swin's position biases) is claimed where eager picks its
+math backend for it: ATen's composite ``_scaled_dot_product_attention_math`` runs, and its backward runs the
+composite again under grad and differentiates it with eager's engine (each op's derivative on the real tensors'
+layouts, the order eager sums them in). SDPA with a boolean mask is claimed: eager hands the
 flash kernel that mask as an additive one (``-inf`` where False), which the trace builds the same way;
 transformers builds such masks under compilation where eager passes ``is_causal=True``, and the
 kernel gives the same bits either way. ``discover(exclude=["eager_kernels"])`` turns the executor off,
@@ -137,6 +140,49 @@ def _float(a: Any) -> bool:
     return type(a) is TensorProxy and dtypes.is_float_dtype(a.dtype)
 
 
+def _sdpa_math(q, k, v, mask, is_causal, scale):
+    """What eager's ``F.scaled_dot_product_attention`` runs where it picks the math backend (a float mask
+    requiring grad on CPU: T5's and Swin's position biases): ATen's composite ``_scaled_dot_product_attention_math``
+    (query and key each scaled by the scale's square root, ``q @ k.mT``, the mask added, ``_safe_softmax``,
+    ``@ v``), its output."""
+    return aten._scaled_dot_product_attention_math(q, k, v, mask, 0.0, is_causal, None, scale=scale)[0]
+
+
+def _sdpa_math_backward(grad, q, k, v, mask, is_causal, scale):
+    """The gradients of :func:`_sdpa_math` for the query, key, value and mask, as eager's autograd computes them:
+    the composite run again on the real tensors, under grad, and differentiated by eager's own engine (each op's
+    derivative, on the layouts the real tensors have: thunder's proxies have no strides; the mask's gradient
+    summed to its shape, as the engine sums a broadcast input's). The forward is run twice (the price of running
+    eager's very ops; no graph is kept between the forward and the backward)."""
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, mask)]
+        out = _sdpa_math(*leaves, is_causal, scale)
+        return torch.autograd.grad(out, leaves, grad)
+
+
+def _sdpa_math_operators(executor: OperatorExecutor) -> tuple[Any, Any]:
+    """The operators running :func:`_sdpa_math` and :func:`_sdpa_math_backward`, their metadata from the
+    composite on meta tensors (the forward) and the inputs (the gradients)."""
+
+    def meta(q, k, v, mask, is_causal, scale):
+        grad = any(t.requires_grad for t in (q, k, v, mask))
+        out = _sdpa_math(*(_to_meta(t) for t in (q, k, v, mask)), is_causal, scale)
+        return _proxy_like(out, q.device, grad)
+
+    def run(*args):
+        return _sdpa_math(*(to_torch_value(a) for a in args))
+
+    def backward_meta(grad, q, k, v, mask, is_causal, scale):
+        return tuple(_proxy_like(_to_meta(t), t.device, False) for t in (q, k, v, mask))
+
+    def backward_run(*args):
+        return _sdpa_math_backward(*(to_torch_value(a) for a in args))
+
+    forward = executor.register_operator("eager_sdpa_math", meta=meta, fn=run)
+    backward = executor.register_operator("eager_sdpa_math_backward", meta=backward_meta, fn=backward_run)
+    return forward, backward
+
+
 # -- the rules: forward kernel, get_grad, backward kernel, put_grad ------------------------------
 
 
@@ -170,6 +216,7 @@ class _Kernels:
         self.sdpa_backward = op(
             "eager_sdpa_flash_cpu_backward", aten._scaled_dot_product_flash_attention_for_cpu_backward.default
         )
+        self.sdpa_math, self.sdpa_math_backward = _sdpa_math_operators(executor)
         #: without grad: thunder's symbol, run as eager's function
         self.inference = {
             symbol: executor.register_operator(name, like=symbol, module=module)
@@ -387,14 +434,29 @@ class _Kernels:
 
     @staticmethod
     def sdpa_checker(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None) -> bool:
-        if not all(_float(t) for t in (q, k, v)) or not _kernel_mask(attn_mask, q) or dropout_p != 0.0:
+        """The CPU flash kernel where eager picks it; eager's math composite for a float mask known to require
+        grad (asked while autodiff runs), where eager picks the math backend (dropout declined: its random
+        numbers could not be drawn again for the backward)."""
+        if not all(_float(t) for t in (q, k, v)) or dropout_p != 0.0:
             return False
         if any(devices.to_torch_device(t.device).type != "cpu" for t in (q, k, v, attn_mask) if t is not None):
+            return False
+        if _math_mask(attn_mask, q):
+            grads = tuple(requires_grad(t) is True for t in (q, k, v, attn_mask))
+            backend = _eager_sdpa_backend(q, k, v, attn_mask, is_causal, scale, grads)
+            return backend == torch.nn.attention.SDPBackend.MATH
+        if not _kernel_mask(attn_mask, q):
             return False
         backend = _eager_sdpa_backend(q, k, v, attn_mask, is_causal, scale)
         return backend == torch.nn.attention.SDPBackend.FLASH_ATTENTION
 
     def sdpa_grad(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
+        if _math_mask(attn_mask, q):  # eager's math composite, differentiated by eager's autograd
+            out = self.sdpa_math(q, k, v, attn_mask, is_causal, scale)
+            grads = self.sdpa_math_backward(get_grad(out), q, k, v, attn_mask, is_causal, scale)
+            for t, g in zip((q, k, v, attn_mask), grads):
+                put_grad(t, g)
+            return out
         if attn_mask is not None and requires_grad(attn_mask) is not False:  # the checker let it through
             raise RuntimeError(  # the kernel's backward gives the mask no gradient: never silently
                 f"eager_kernels: the flash kernel was asked to differentiate an SDPA whose mask {attn_mask.name} "
@@ -431,21 +493,31 @@ def _kernel_mask(mask: Any, q: Any) -> bool:
     return mask.dtype is dtypes.bool8 or (mask.dtype == q.dtype and requires_grad(mask) is False)
 
 
-def _eager_sdpa_backend(q, k, v, attn_mask, is_causal: bool, scale: float | None) -> Any:
-    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes, dtypes and mask.
+def _math_mask(mask: Any, q: Any) -> bool:
+    """A float mask of the query's dtype that the trace's data flow says requires grad (``True``, never the
+    ``None`` of a question asked outside autodiff): eager's math backend differentiates it."""
+    return (type(mask) is TensorProxy and dtypes.is_float_dtype(mask.dtype) and mask.dtype == q.dtype
+            and requires_grad(mask) is True)
+
+
+def _eager_sdpa_backend(q, k, v, attn_mask, is_causal: bool, scale: float | None,
+                        grads: Sequence[bool] = (False,) * 4) -> Any:
+    """The backend eager's ``F.scaled_dot_product_attention`` picks for these shapes, dtypes and mask
+    (``grads``: which of query, key, value and mask require grad, which the choice reads too).
 
     Asked of torch itself, on stand-ins that share one row of storage (shape and dtype are what
     the CPU choice reads; the last dim is kept unit-stride, as the flash kernel requires).
     """
 
-    def stand_in(t: TensorProxy) -> torch.Tensor:
+    def stand_in(t: TensorProxy, grad: bool) -> torch.Tensor:
         shape = tuple(t.shape)
-        row = torch.empty(shape[-1] if shape else 1, dtype=dtypes.to_torch_dtype(t.dtype))
+        row = torch.empty(shape[-1] if shape else 1, dtype=dtypes.to_torch_dtype(t.dtype), requires_grad=grad)
         return row.as_strided(shape, (0,) * (len(shape) - 1) + (1,)) if shape else row[0]
 
-    mask = stand_in(attn_mask) if attn_mask is not None else None
+    mask = stand_in(attn_mask, grads[3]) if attn_mask is not None else None
     choice = torch._fused_sdp_choice(
-        stand_in(q), stand_in(k), stand_in(v), attn_mask=mask, is_causal=is_causal, scale=scale
+        stand_in(q, grads[0]), stand_in(k, grads[1]), stand_in(v, grads[2]), attn_mask=mask, is_causal=is_causal,
+        scale=scale
     )
     return torch.nn.attention.SDPBackend(choice)
 
