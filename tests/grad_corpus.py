@@ -310,14 +310,7 @@ class KnownIssue:
         )
 
 
-KNOWN_ISSUES = [
-    KnownIssue(
-        "KI-8 result dtype of a flattened 0-dim tensor under autodiff",
-        "thunder 0.2.6 promotes `y.flatten() * s` (y 0-dim float32, s 0-dim float64) to float64 when grad is on",
-        r"\.flatten\(\)|\.reshape\(-1\)",
-        r"^wrong_forward: .*dtype torch\.float64 \(eager torch\.float32\)",
-    ),
-]
+KNOWN_ISSUES: list[KnownIssue] = []
 
 
 def known_issue(program: Program, outcome: Outcome) -> KnownIssue | None:

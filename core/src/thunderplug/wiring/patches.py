@@ -21,6 +21,7 @@ import thunder.torch as ltorch
 import torch
 from thunder import clang
 from thunder.core import codeutils, interpreter, jit_ext, transform_common, update_aliases
+from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
@@ -33,7 +34,14 @@ from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
 
-from thunderplug.eager import compile_branches, functorch_transforms, inplace_grads, output_grads, tensor_api
+from thunderplug.eager import (
+    compile_branches,
+    functorch_transforms,
+    inplace_grads,
+    output_grads,
+    tensor_api,
+    type_promotion,
+)
 from thunderplug.subclass import distributed, interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.subclass.values import subclass_flatten
@@ -272,6 +280,18 @@ PATCHES: tuple[Patch, ...] = (
         "`x.dtype` in user code is a torch dtype, as in eager (thunder's dtypes compare unequal to torch's, so "
         "`x.dtype == torch.float32` is False under stock thunder).",
         features=("subclass.interception",),
+    ),
+    Patch(
+        "elementwise type promotion", thunder_utils, "elementwise_type_promotion",
+        lambda original: type_promotion.eager_elementwise_type_promotion(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: the result dtype of an elementwise op mixing tensors with dimensions, 0-dim tensors and "
+        "numbers was not eager's (`torch.result_type`) in the trace, silently: thunder tells 0-dim tensors by a "
+        "weak dtype that `flatten` or `int_tensor * 2.5` leave on tensors with dimensions, so a float32 `(1,)` "
+        "tensor times a 0-dim float64 one was float64 (under grad its values too: KI-8); bool tensor + 2 was "
+        "int8, uint8 with 0-dim int8 int16. The dtype is eager's, from the arguments' shapes; thunder's type "
+        "promotion kinds and its answer for numbers alone are kept.",
+        features=("eager.type_promotion",),
     ),
     Patch(
         "is_compiling lookaside", _LOOKASIDES, torch.compiler.is_compiling,
