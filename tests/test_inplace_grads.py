@@ -163,3 +163,85 @@ def test_a_parameter_updated_without_grad_while_grad_is_off_returns_no_grad():
     torch.testing.assert_close(actual, expected)
     assert not actual.requires_grad
     torch.testing.assert_close(jitted.gain, eager.gain)
+
+
+# --- an input overwritten in place that a gradient formula reads (once KI-9) ---------------------------------
+
+
+def _mul_in_place(x, w):
+    x.mul_(w)
+    return x.sin()
+
+
+def _mul_in_place_twice(x, w, w2):
+    x.mul_(w)
+    x.mul_(w2)
+    return x.sin()
+
+
+def _read_between_updates(x, w, w2):
+    x.mul_(w)
+    y = x * 2
+    x.div_(w2)
+    return x.sin() + y
+
+
+def _result_of_the_update(x, w):
+    y = x.mul_(w)
+    return y * x
+
+
+def _other_input_read_after(x, w, b):
+    x.mul_(w).add_(b)
+    return (x * b).exp()
+
+
+#: name -> (function, shapes of the inputs after x (each requires grad))
+INPUT_UPDATES = {
+    "mul_": (_mul_in_place, [(3, 3)]),
+    "mul_twice": (_mul_in_place_twice, [(3, 3), (3, 3)]),
+    "read_between_updates": (_read_between_updates, [(3, 3), (3, 3)]),
+    "result_of_the_update": (_result_of_the_update, [(3, 3)]),
+    "broadcast_weight_and_chain": (_other_input_read_after, [(3,), (3, 3)]),
+}
+
+
+def _input_update_case(name: str):
+    fn, shapes = INPUT_UPDATES[name]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 3, generator=generator)
+    weights = [(torch.randn(shape, generator=generator).abs() + 0.5).requires_grad_() for shape in shapes]
+    return fn, x, weights
+
+
+def _updated_and_grads(fn, x, weights, jit=None):
+    x = x.clone()
+    out = (jit(fn) if jit else fn)(x, *weights)
+    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    return out, x, torch.autograd.grad(out, weights, cotangent)
+
+
+@pytest.mark.parametrize("name", INPUT_UPDATES)
+def test_an_input_overwritten_in_place_keeps_the_value_gradients_read(name):
+    """``x.mul_(w)`` on a plain input: thunder's ``copy_`` writes the product into ``x``, whose old value
+    ``mul``'s gradient for ``w`` reads (stock thunder and discover() read the new one: a wrong gradient,
+    silently). The ``copy_`` still updates the caller's tensor; the gradient reads a copy taken before it, as
+    eager's ``original_self``. A second update of the same input went into a copy under discover() (the
+    caller's tensor kept the first update only, silently); it updates the input again."""
+    fn, x, weights = _input_update_case(name)
+    expected, expected_x, expected_grads = _updated_and_grads(fn, x, weights)
+    executors = thunderplug.discover(quiet=True)
+    actual, actual_x, actual_grads = _updated_and_grads(fn, x, weights, lambda f: thunder.jit(f, executors=executors))
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(actual_x, expected_x, rtol=0, atol=0)
+    for got, want in zip(actual_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mul_", "mul_twice", "read_between_updates"])
+def test_stock_thunder_reads_the_overwritten_input(name):
+    fn, x, weights = _input_update_case(name)
+    _, expected_x, expected_grads = _updated_and_grads(fn, x, weights)
+    _, actual_x, actual_grads = _updated_and_grads(fn, x, weights, thunder.jit)
+    torch.testing.assert_close(actual_x, expected_x)
+    assert not all(torch.allclose(got, want) for got, want in zip(actual_grads, expected_grads))

@@ -34,7 +34,9 @@ means the old one. Backward formulas do exactly that: ``v /= v.sum(-1, keepdim=T
 router normalizing its top-k weights) saves ``v`` for the division's gradient, which then divided the
 updated ``v`` (a silently wrong router gradient, also with stock thunder). Eager saves a copy of the
 original for an in-place op whose derivative reads it (autograd's ``original_self``); here such a
-``copy_`` writes into a ``clone`` of its destination instead, where no view or input can tell
+``copy_`` writes into a ``clone`` of its destination instead, where no view or input can tell, and where
+the destination is an input (``x.mul_(w)``, whose gradient for ``w`` reads ``x``: once KI-9) the later
+reads read a copy taken before the ``copy_``, which still updates the input
 (:func:`clobbered_reads_cloned`; a no-op for a trace where no op reads an overwritten value).
 """
 
@@ -70,6 +72,15 @@ def _same_gradient_rule(updated: TensorProxy, old: TensorProxy) -> TensorProxy:
 
 
 register_grad(same_gradient.id, _same_gradient_rule)
+
+#: ``new, original = keeping_original(new, destination)``: ``new`` itself and a copy of ``destination``, taken
+#: before the ``copy_(new, destination)`` after it (which reads ``new``, so thunder's split computes both in the
+#: forward); an opaque op, so that no fusion's rematerialization copies ``destination`` later, once overwritten
+keeping_original = pythonex.register_operator(
+    "keeping_original",
+    meta=lambda new, destination: (TensorProxy(like=new), TensorProxy(like=destination, requires_grad=False)),
+    fn=lambda new, destination: (new, destination.clone()),
+)
 
 
 def keeping_gradient_identity(
@@ -130,15 +141,19 @@ def _updated_values_returned(joint: TraceCtx) -> TraceCtx:
 
 def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
     """``joint`` where a ``copy_`` would overwrite a value some later op reads (by its name: the value
-    before the update) writes into a ``clone`` of it instead, taken just before the ``copy_``.
+    before the update) reads a ``clone`` of that value taken just before the ``copy_``, as eager's
+    autograd saves ``original_self``.
 
-    Only where nothing else can see the difference: the destination is no input of the function
-    and shares its memory with no view, only with the names thunder's alias updates gave the same
-    tensor (the ``copy_``'s output, which later ops read for the updated value, is then the clone).
-    Writing into the clone rather than saving a clone of the old value keeps thunder's split of
-    the joint trace as it is: the clone is computed in the forward, where the ``copy_`` reads it.
-    The final return is not a later read (it returns tensors, whose memory eager's in-place ops
-    change too)."""
+    Nothing else may tell: a destination sharing memory with a view (or being one) is left as it is.
+    Where the destination is an input of the function (or, through thunder's alias updates or an earlier
+    ``copy_``, the same tensor as one), the ``copy_`` still writes into it, the caller sees the update,
+    and the later ops read the clone instead (KI-9: ``x.mul_(w)`` on an input, whose ``mul`` gradient
+    for ``w`` reads ``x``). Elsewhere the ``copy_`` writes into the clone (then its output, which later ops
+    read for the updated value, is the clone): thunder's split of the joint trace stays as it is, the
+    clone being computed in the forward, where the ``copy_`` reads it. The final return is not a later
+    read (it returns tensors, whose memory eager's in-place ops change too). A ``copy_``'s output is
+    its destination's tensor (a later in-place update of an input through it still writes into the
+    input)."""
     bsyms = joint.bound_symbols
     copies = {index for index, bsym in enumerate(bsyms[:-1]) if _is_copy(bsym)}
     if not copies:
@@ -158,7 +173,8 @@ def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
             for member in gb:
                 memory[member] = ga
 
-    targets: set[int] = set()  # positions of the copy_ ops to redirect
+    targets: set[int] = set()  # positions of the copy_ ops to redirect into a clone
+    kept: dict[int, frozenset] = {}  # positions of copy_ ops into inputs -> names whose later reads read a clone
     last_read = {variableify(p): index for index, bsym in enumerate(bsyms[:-1]) for p in bsym.flat_proxy_args}
     for index, bsym in enumerate(bsyms[:-1]):
         reads = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
@@ -170,21 +186,38 @@ def clobbered_reads_cloned(joint: TraceCtx) -> TraceCtx:
             viewed.update(variableify(p) for p in (reads[0], *outputs))
         if index not in copies:
             continue
-        names = group(bsym.args[1])
-        if names & inputs or names & viewed:
+        names = frozenset(group(bsym.args[1]))  # the names of the value before this update
+        if isinstance(bsym.output, TensorProxy):
+            join(bsym.args[1], bsym.output)
+        if names & viewed or not any(last_read.get(name, -1) > index for name in names):
             continue
-        if any(last_read.get(name, -1) > index for name in names):
+        if names & inputs or group(bsym.args[1]) & inputs:
+            kept[index] = names
+        else:
             targets.add(index)
-    if not targets:
+    if not targets and not kept:
         return joint
     rewritten = from_trace(joint)
+    swap: dict = {}  # a name of a value before an update -> the clone of that value
     with tracectx(rewritten):
         for index, bsym in enumerate(bsyms):
+            if index < len(bsyms) - 1 and swap:
+                if _is_copy(bsym):  # the destination is the tensor's memory, never a clone
+                    source = bsym.args[0]
+                    bsym = bsym.from_bsym(args=(swap.get(variableify(source), source), *bsym.args[1:]))
+                else:
+                    bsym = bsym.from_bsym_swap_proxies(swap, skip_output=True)
             if index in targets:
                 destination = bsym.args[1]
                 clone = TensorProxy(like=destination, requires_grad=False)
                 rewritten.bound_symbols.append(prims.clone.bind(destination, output=clone))
                 bsym = bsym.from_bsym(args=(bsym.args[0], clone, *bsym.args[2:]))
+            elif index in kept:
+                source, destination = bsym.args[:2]
+                new, original = TensorProxy(like=source), TensorProxy(like=destination, requires_grad=False)
+                rewritten.bound_symbols.append(keeping_original.bind(source, destination, output=(new, original)))
+                bsym = bsym.from_bsym(args=(new, *bsym.args[1:]))
+                swap.update({name: original for name in kept[index] if name not in swap})
             rewritten.bound_symbols.append(bsym)
     return rewritten
 
