@@ -1,6 +1,7 @@
 """Idioms of real model code (found in transformers) that thunder 0.2.6 rejects or computes otherwise
 than eager, each alone, forward and backward against eager (wiring.fixes)."""
 
+import copy
 import dataclasses
 import sys
 from collections.abc import Sequence
@@ -550,6 +551,65 @@ def test_an_object_thunder_lost_track_of_is_rebuilt_as_eager(fn):
     for layer, eager_layer in zip(actual.layers, expected.layers, strict=True):
         assert torch.equal(layer.keys, eager_layer.keys) and torch.equal(layer.values, eager_layer.values)
     assert all(torch.equal(a, e) for a, e in zip(grads[1], grads[0], strict=True))
+
+
+class _Config:
+    """A plain config (transformers' ``PretrainedConfig``): copied with ``copy.deepcopy``."""
+
+    def __init__(self):
+        self.layers, self.scale, self.sub = 2, 3.0, {"bias": 0.5, "names": ["q", "k"]}
+
+
+_COPIED_CONFIG = _Config()
+
+
+def _scaled_by_a_copied_config(x):
+    deep, shallow = copy.deepcopy(_COPIED_CONFIG), copy.copy(_COPIED_CONFIG)
+    deep.scale = 5.0  # the copy's own attribute, the original's unchanged
+    return x * deep.scale * deep.layers + deep.sub["bias"] + shallow.scale * len(shallow.sub["names"])
+
+
+def test_a_deep_copied_config_as_eager():
+    """``copy.deepcopy``/``copy.copy`` of an object (T5's and Whisper's ``config.get_text_config(decoder=True)``,
+    which builds their default cache): thunder failed on the copy's ``__dict__``."""
+    _assert_bit_identical(_scaled_by_a_copied_config, torch.randn(3, requires_grad=True))
+    assert _COPIED_CONFIG.scale == 3.0
+
+
+def test_stock_thunder_fails_on_a_copied_config():
+    with pytest.raises(Exception, match="_mapping|generator' has no len"):
+        thunder.jit(_scaled_by_a_copied_config)(torch.randn(3))
+
+
+class _IndexedLayer(torch.nn.Module):
+    def __init__(self, index):
+        super().__init__()
+        self.index = index
+
+    def forward(self, x, updated):
+        updated[self.index] = True  # an input's number as a key (transformers' ``is_updated[layer_idx]``)
+        return x * (self.index + 1)
+
+
+class _Indexed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_IndexedLayer(i) for i in range(2)])
+
+    def forward(self, x):
+        updated = {}
+        for layer in self.layers:
+            x = layer(x, updated)
+        return x, updated
+
+
+def test_a_returned_dict_keyed_by_an_input_number_as_eager():
+    """thunder rebuilt the key as a proxy of the input (``unhashable type: 'AnyProxy'``)."""
+    x = torch.randn(3, requires_grad=True)
+    expected = _Indexed()(x)
+    actual = thunder.jit(_Indexed(), executors=thunderplug.discover())(x)
+    assert actual[1] == expected[1] == {0: True, 1: True}
+    assert torch.equal(actual[0], expected[0])
 
 
 def _sliding_window(x):

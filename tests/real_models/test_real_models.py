@@ -83,34 +83,18 @@ def _eager(eager_runs, name: str, prepare=lambda model: model):
     return eager_runs[key]
 
 
-#: issue 36's families where discover() is not (yet) eager's, as measured (transformers 5.25); aot_eager is
-#: bit-identical on each of them. ``fails``: the error the compilation or the comparison raises
-DISCOVER_GAPS = {
-}
-DISCOVER_FAILS = {
-}
-
-
 @pytest.mark.parametrize("name", _cases(families=True))
 def test_fp32_training_under_discover(name, eager_runs):
-    if name in DISCOVER_FAILS:
-        error, reason = DISCOVER_FAILS[name]
-        with pytest.raises(error):
-            model, expected = _eager(eager_runs, name)
-            compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
-        pytest.xfail(f"discover(): {reason}")
+    """Every case, issue 36's families included, bit for bit: losses, gradients, final weights and buffers."""
     model, expected = _eager(eager_runs, name)
     agreement = compare(train(fresh(model), BY_NAME[name].batch(), "discover"), expected)
-    if name in DISCOVER_GAPS:
-        assert not agreement.bit_identical and agreement.worst <= 2 * FP32_TOLERANCE, agreement
-        pytest.xfail(f"discover() {DISCOVER_GAPS[name]} (measured: {agreement.worst:.1e} at {agreement.where})")
     assert agreement.bit_identical, agreement
 
 
 @pytest.mark.skipif(not ALL, reason="THUNDERPLUG_REAL_MODELS=1 runs it (issue 36's families, about 3 minutes)")
 @pytest.mark.parametrize("name", [name for name in FAMILIES if not transformers.__version__.startswith("4.")])
 def test_fp32_training_under_aot_eager(name, eager_runs):
-    """The reference for DISCOVER_GAPS: torch.compile's aot_eager, bit-identical to eager on every family but
+    """torch.compile's aot_eager, for comparison with discover(): bit-identical to eager on every family but
     Phi-3, Mixtral and the PEFT LoRA Llama, which drift (measured: 6.6e-06 at the final qkv_proj of layer 0;
     1.3e-05 at its experts' gate_up_proj; 1.3e-06 at layer 1's k_proj lora_A)."""
     model, expected = _eager(eager_runs, name)
@@ -148,15 +132,6 @@ DEFAULT_CONFIG_CALLS = {
 #: about 25 minutes on 2 CPU cores)
 DEFAULT_CONFIG_SELECTED = (("hf_llama", "training"), ("hf_llama", "inference"), ("hf_bert", "attentions"))
 
-#: the families whose default configuration discover() refuses, as measured (transformers 5.25): loudly
-DEFAULT_CONFIG_FAILS = {
-    name: "its default cache (`use_cache=True`: an `EncoderDecoderCache`) is built from `copy.deepcopy` of its config "
-    "(`config.get_text_config(decoder=True)`), which thunder's interpreter cannot run (stock thunder too: "
-    "`object of type 'generator' has no len()`); `use_cache=False` runs, as the training cases do"
-    for name in ("hf_t5", "hf_whisper")
-}
-
-
 def _default_config_cases() -> list:
     families = not transformers.__version__.startswith("4.")  # the families are measured under transformers 5
     return [pytest.param(name, call, id=f"{name}-{call}") for name in HF_MODELS for call in DEFAULT_CONFIG_CALLS
@@ -168,19 +143,14 @@ def test_default_config_under_discover(name, call):
     """The bare model (no loss wrapper), its config's defaults kept but sizes and dropout, called with its
     labels: every leaf of its output (the loss, the logits, the cache's classes, keys and values, the
     attention weights) and every parameter's gradient from all of them, as eager's. Bit for bit, but the
-    attention weights' gradients (their sums in the softmax's backward differ by ulps: 6.5e-9 on hf_bert) and
-    the families whose training drifts (DISCOVER_GAPS): within FP32_TOLERANCE."""
+    attention weights' gradients (their sums in the softmax's backward differ by ulps: 6.5e-9 on hf_bert): within
+    FP32_TOLERANCE."""
     options, training, attention = DEFAULT_CONFIG_CALLS[call]
     model = hf_model(name, attention=attention).train(training)
     batch = BY_NAME[name].batch()
     expected = output_and_grads(fresh(model), "eager", batch, **options)
-    if name in DEFAULT_CONFIG_FAILS:
-        with pytest.raises(Exception, match="generator' has no len|MappingKeysView"):
-            output_and_grads(fresh(model), "discover", batch, **options)
-        pytest.xfail(f"discover(): {DEFAULT_CONFIG_FAILS[name]}")
     actual = output_and_grads(fresh(model), "discover", batch, **options)
-    drifts = call == "attentions" or name in DISCOVER_GAPS
-    assert_same_output(actual, expected, tolerance=FP32_TOLERANCE if drifts else 0.0)
+    assert_same_output(actual, expected, tolerance=FP32_TOLERANCE if call == "attentions" else 0.0)
 
 
 def _float8(model: torch.nn.Module) -> torch.nn.Module:

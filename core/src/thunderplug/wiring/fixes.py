@@ -24,6 +24,8 @@ from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 
+from thunderplug.thunder_compat import interpret_call
+
 
 def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
     """Tracing a ``torch.autograd.Function.apply`` whose arguments include an object thunder
@@ -426,6 +428,17 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             return rebuilt(value, lambda key, item: rebuilt_unwrapped(item))
         return value
 
+    def dict_rebuilt(wrapped: Any) -> Any:
+        """A dict whose keys are numbers or strings: thunder's rebuild makes a key that came from the function's
+        inputs (a layer's index) a proxy of that input, which cannot be hashed (``unhashable type: 'AnyProxy'``:
+        the ``is_updated`` dict of T5's and Whisper's ``EncoderDecoderCache``); the key is its value here."""
+        value, wrappers = unwrap(wrapped), wrapped.item_wrappers
+        return {
+            key: replacement(wrappers[key]) if unwrap(wrappers.get(key)) is item and key in wrappers
+            else rebuilt_unwrapped(item)
+            for key, item in value.items()
+        }
+
     def container_items_rebuilt(wrapped: Any, result: Any) -> Any:
         """thunder's rebuild of a list, tuple or dict returns an item it has no wrapper for as it was in
         tracing, proxies and all (transformers' ``DynamicCache`` in Falcon's ``return_dict=False`` tuple)."""
@@ -442,7 +455,12 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
     def replacement(wrapped: Any) -> Any:
         if not active():
             return original(wrapped)
-        if type(unwrap(wrapped)) in (list, tuple, dict) and not hasattr(wrapped, "anyproxy"):
+        value = unwrap(wrapped)
+        if type(value) in (list, tuple, dict) and not hasattr(wrapped, "anyproxy"):
+            if type(value) is dict and isinstance(wrapped.item_wrappers, dict) and all(
+                type(key) in (int, str, float, bool) for key in value
+            ):
+                return dict_rebuilt(wrapped)
             return container_items_rebuilt(wrapped, original(wrapped))
         if not rebuildable(wrapped):
             return original(wrapped)
@@ -508,6 +526,30 @@ def starred_arguments_as_tuples(
         return original(inst, **state)
 
     return handler
+
+
+def newobj_made_inside(_no_lookaside: Any) -> Callable[..., Any]:
+    """A lookaside for ``copyreg.__newobj__(cls)``, which ``copy.copy``, ``copy.deepcopy`` and pickle call to make
+    the copy of an object (``cls.__new__(cls)``). thunder knows an object as made by the function only when
+    ``object.__new__`` itself is called (``jit_ext.is_created_during_tracing``), so the copy's ``__dict__`` was
+    taken for an outside one and filling it failed (``'MappingKeysView' object has no attribute '_mapping'``:
+    transformers' ``config.get_text_config(decoder=True)``, which T5 and Whisper call to build their default
+    ``EncoderDecoderCache``). For a class whose ``__new__`` is ``object.__new__``, that is what is called; other
+    classes run copyreg's code as before. A lookaside of discover() compilations only."""
+    import copyreg
+
+    from thunder.core.interpreter import wrap_const
+
+    newobj = copyreg.__newobj__
+    unlooked = types.FunctionType(newobj.__code__, newobj.__globals__, newobj.__name__, newobj.__defaults__,
+                                  newobj.__closure__)
+
+    def lookaside(cls: Any, *args: Any) -> Any:
+        if not args and isinstance(unwrap(cls), type) and unwrap(cls).__new__ is object.__new__:
+            return interpret_call(wrap_const(object.__new__), cls)
+        return interpret_call(unlooked, cls, *args)
+
+    return lookaside
 
 
 def slices_clamped(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:

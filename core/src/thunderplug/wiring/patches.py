@@ -10,6 +10,7 @@ progress uses ``discover()``'s executors, except the thunder bug fixes marked "a
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -105,7 +106,7 @@ def _compiling_with_core() -> bool:
 
 
 #: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
-_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl)
+_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl, copyreg.__newobj__)
 _discover_only_ids: set[int] = set()  # ids of those lookasides while installed
 
 
@@ -681,7 +682,9 @@ PATCHES: tuple[Patch, ...] = (
         "of its class whose attributes are the values the function left (the cache's key and value tensors). A "
         "returned value thunder kept no current wrapper for (Falcon's cache in its `return_dict=False` tuple, an "
         "attribute written through `obj.__dict__`) came back as in tracing, holding proxies or an earlier value "
-        "(silently): it is rebuilt from its values where tracing left proxies, dtypes or devices in it.",
+        "(silently): it is rebuilt from its values where tracing left proxies, dtypes or devices in it. A returned "
+        "dict's number or string key that came from an input (a layer's index: T5's cache's `is_updated`) was "
+        "rebuilt as a proxy of the input (`unhashable type: 'AnyProxy'`): it is its value.",
         features=("wiring.fixes",),
     ),
     *(
@@ -696,6 +699,15 @@ PATCHES: tuple[Patch, ...] = (
             features=("wiring.fixes",),
         )
         for opname in ("BUILD_MAP", "BUILD_CONST_KEY_MAP")
+    ),
+    Patch(
+        "copyreg.__newobj__ lookaside", _LOOKASIDES, copyreg.__newobj__, fixes.newobj_made_inside,
+        "discover() compilations",
+        "thunder bug: `copy.copy` and `copy.deepcopy` of an object failed (`'MappingKeysView' object has no attribute "
+        "'_mapping'`): the copy is made by `cls.__new__(cls)`, which thunder does not know as an object the function "
+        "made, so filling its `__dict__` failed. T5 and Whisper deep-copy their config to build their default cache "
+        "(`use_cache=True`). For a class whose `__new__` is `object.__new__`, that is called, as thunder expects.",
+        features=("wiring.fixes",),
     ),
     Patch(
         "slice bounds clamped", clang, "_basic_indexing",
