@@ -186,6 +186,14 @@ def _sdpa_math_operators(executor: OperatorExecutor) -> tuple[Any, Any]:
 # -- the rules: forward kernel, get_grad, backward kernel, put_grad ------------------------------
 
 
+
+def _put_grads(tensors: tuple, grads: tuple) -> None:
+    """Each gradient to its tensor (an input, an optional weight and bias: a ``None`` tensor gets none)."""
+    for tensor, grad in zip(tensors, grads, strict=True):
+        if tensor is not None:
+            put_grad(tensor, grad)
+
+
 class _Kernels:
     """The operators of one executor (built once, by :func:`build_executor`)."""
 
@@ -245,11 +253,7 @@ class _Kernels:
         out, mean, rstd = self.layer_norm(a, shape, weight, bias, eps)
         mask = [True, weight is not None, bias is not None]
         ga, gw, gb = self.layer_norm_backward(get_grad(out), a, shape, mean, rstd, weight, bias, mask)
-        put_grad(a, ga)
-        if weight is not None:
-            put_grad(weight, gw)
-        if bias is not None:
-            put_grad(bias, gb)
+        _put_grads((a, weight, bias), (ga, gw, gb))
         return out
 
     # batch_norm: ATen's native_batch_norm and its backward; in training, the running statistics as the
@@ -281,11 +285,7 @@ class _Kernels:
         # in training the kernel reads the batch's statistics only: the buffers are not kept for the backward
         stats = (None, None) if training else (running_mean, running_var)
         ga, gw, gb = self.batch_norm_backward(get_grad(out), a, weight, *stats, mean, invstd, training, eps, mask)
-        put_grad(a, ga)
-        if weight is not None:
-            put_grad(weight, gw)
-        if bias is not None:
-            put_grad(bias, gb)
+        _put_grads((a, weight, bias), (ga, gw, gb))
         return out
 
     # conv1d / conv2d / conv3d -------------------------------------------------------------------
