@@ -245,3 +245,56 @@ def test_stock_thunder_reads_the_overwritten_input(name):
     _, actual_x, actual_grads = _updated_and_grads(fn, x, weights, thunder.jit)
     torch.testing.assert_close(actual_x, expected_x)
     assert not all(torch.allclose(got, want) for got, want in zip(actual_grads, expected_grads))
+
+
+def _update_returned(x, w):
+    x.mul_(w)
+    return x
+
+
+def _updates_returned(x, w, w2):
+    x.mul_(w)
+    x.add_(w2)
+    return x, x.sin()
+
+
+def _update_without_grad_returned(x, w):
+    x.mul_(2.0)
+    return x, x * w
+
+
+@pytest.mark.parametrize("fn", [_update_returned, _updates_returned, _update_without_grad_returned])
+@pytest.mark.parametrize("x_requires_grad", [False, True], ids=["plain_x", "non_leaf_x"])
+def test_an_input_updated_in_place_and_returned_requires_grad_as_in_eager(fn, x_requires_grad):
+    """``x.mul_(w); return x``: the output is the caller's ``x``, which requires grad after the update in eager
+    (its history rebased onto the update). thunder's autograd Function gave the returned input a new view for its
+    gradient edge and returned the caller's tensor without it (``requires_grad=False``; ``backward`` raised
+    "element 0 of tensors does not require grad"); the Function now marks it dirty, as eager's in-place op does.
+    An input updated without grad (``x.mul_(2.0)`` of a plain ``x``) still does not require grad."""
+    generator = torch.Generator().manual_seed(0)
+    x0 = torch.randn(3, 3, generator=generator)
+    count = fn.__code__.co_argcount - 1
+    weights = [(torch.randn(3, 3, generator=generator).abs() + 0.5).requires_grad_() for _ in range(count)]
+    source = torch.randn(3, 3, generator=generator).requires_grad_()  # x's history when x requires grad
+
+    def run(f):
+        x = x0 * source if x_requires_grad else x0.clone()
+        outputs = f(x, *weights)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        differentiable = [(o, i) for i, o in enumerate(outputs) if o.requires_grad]
+        wrt = [*weights, source] if x_requires_grad else weights
+        cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)) for o, i in differentiable]
+        grads = torch.autograd.grad([o for o, _ in differentiable], wrt, cotangents, allow_unused=True)
+        return outputs, x, [o.requires_grad for o in outputs], [o is x for o in outputs], x.requires_grad, grads
+
+    expected = run(fn)
+    actual = run(thunder.jit(fn, executors=thunderplug.discover(quiet=True)))
+    for got, want in zip(actual[0], expected[0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(actual[1], expected[1], rtol=0, atol=0)
+    assert actual[2:5] == expected[2:5]
+    assert any(expected[2])
+    for got, want in zip(actual[5], expected[5]):
+        assert (got is None) == (want is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from thunder.core import dtypes
+from thunder.core import dtypes, prims
 from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.symbol import BoundSymbol
@@ -49,10 +49,17 @@ from thunderplug.eager import tied_grads
 
 #: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
 _FLAG = "_thunderplug_non_differentiable"
+#: the attribute a runtime output carries from ``mark_dirty`` to the autograd Function
+_DIRTY = "_thunderplug_dirty"
 
 
 def _flagged(tensor: torch.Tensor) -> torch.Tensor:
     setattr(tensor, _FLAG, True)
+    return tensor
+
+
+def _flagged_dirty(tensor: torch.Tensor) -> torch.Tensor:
+    setattr(tensor, _DIRTY, True)
     return tensor
 
 
@@ -61,6 +68,14 @@ def _flagged(tensor: torch.Tensor) -> torch.Tensor:
 mark_non_differentiable = pythonex.register_operator(
     "mark_non_differentiable", meta=lambda tensor: TensorProxy(like=tensor), fn=_flagged
 )
+
+#: ``t = mark_dirty(t0)``: ``t0`` itself, flagged: an input of the function updated in place and returned
+#: (``x.mul_(w); return x``). thunder's autograd Function gets the input tensor as an output, and torch gives
+#: such an output a new view to carry the gradient edge, which thunder drops (it returns the tensor its
+#: computation returned): the caller's tensor kept its history (none: ``requires_grad=False`` where eager's
+#: requires grad). The Function passes a flagged output to ``ctx.mark_dirty``, as eager's in-place op rebases
+#: the history of the tensor it updates.
+mark_dirty = pythonex.register_operator("mark_dirty", meta=lambda tensor: TensorProxy(like=tensor), fn=_flagged_dirty)
 
 
 def marking_outputs(
@@ -153,10 +168,16 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
     if len(outputs) != len(joint_outputs):
         return joint
     unreached_positions = _unreached(trace, returned.args[0], results["output"], outputs, cuts)
-    unreached = {
-        variableify(joint_outputs[i]) for i in unreached_positions if isinstance(joint_outputs[i], TensorProxy)
+    marks = {
+        variableify(joint_outputs[i]): mark_non_differentiable
+        for i in unreached_positions
+        if isinstance(joint_outputs[i], TensorProxy)
     }
-    if not unreached:
+    updated = _updated_inputs(joint)
+    for i, out in enumerate(joint_outputs):
+        if i not in unreached_positions and isinstance(out, TensorProxy) and variableify(out) in updated:
+            marks.setdefault(variableify(out), mark_dirty)
+    if not marks:
         return joint
     marked = from_trace(joint)
     swap: dict = {}
@@ -166,9 +187,9 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
                 bsym = bsym.from_bsym_swap_proxies(swap)
             marked.bound_symbols.append(bsym)
             for out in bsym.flat_proxy_outs:
-                if variableify(out) in unreached and variableify(out) not in swap:
+                if variableify(out) in marks and variableify(out) not in swap:
                     marked.push_scope([])
-                    swap[variableify(out)] = mark_non_differentiable(out)
+                    swap[variableify(out)] = marks[variableify(out)](out)
                     marked.bound_symbols.extend(marked.pop_scope())
         flat_outputs = [swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in joint_outputs]
         new_results = {**results, "fw_flat_out": tree_unflatten(flat_outputs, spec)}
@@ -197,6 +218,31 @@ def _unreached(
         for i, out in enumerate(outputs)
         if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
     ]
+
+
+def _updated_inputs(joint: TraceCtx) -> set:
+    """The values of ``joint`` that are an input of the function updated in place: the output of a ``copy_``
+    into an input (or into a name of the same tensor: thunder's ``update_aliases``, an earlier ``copy_``), and
+    the names ``update_aliases`` gives it later."""
+    tensors = {variableify(p) for p in tree_flatten((joint.args, joint.kwargs))[0] if isinstance(p, TensorProxy)}
+    updated: set = set()
+    for bsym in joint.bound_symbols[:-1]:
+        if bsym.sym.id == prims.PrimIDs.UPDATE_ALIASES:  # outputs: new names of its arguments, in order
+            for arg, out in zip(tree_flatten(bsym.args)[0], bsym.flat_proxy_outs):
+                if isinstance(arg, Proxy) and variableify(arg) in tensors:
+                    tensors.add(variableify(out))
+                    if variableify(arg) in updated:
+                        updated.add(variableify(out))
+        elif (
+            bsym.sym.id == prims.PrimIDs.COPY_
+            and len(bsym.args) >= 2
+            and isinstance(bsym.args[1], TensorProxy)
+            and variableify(bsym.args[1]) in tensors
+            and isinstance(bsym.output, TensorProxy)
+        ):
+            tensors.add(variableify(bsym.output))
+            updated.add(variableify(bsym.output))
+    return updated
 
 
 def _return_of(trace: TraceCtx) -> BoundSymbol | None:
@@ -231,9 +277,15 @@ def autograd_forward(original: Callable[..., Any]) -> Any:
         # saved_other, is_differentiable_outputs, flat_output, *flat_args); ThunderOutputFunction has no backward
         if callable(getattr(ctx, "compiled_backward", None)) and (tied := tied_grads.tied_positions(args[7:])):
             ctx.compiled_backward = tied_grads.sum_tied_in_backward(ctx.compiled_backward, tied)
-        flagged = [o for o in outputs if isinstance(o, torch.Tensor) and o.__dict__.pop(_FLAG, False)]
+        tensors = [o for o in (outputs if isinstance(outputs, (tuple, list)) else ()) if isinstance(o, torch.Tensor)]
+        flagged = [o for o in tensors if o.__dict__.pop(_FLAG, False)]
         if flagged:
             ctx.mark_non_differentiable(*(getattr(ctx, "non_differentiable", None) or ()), *flagged)
+        dirty = {id(o): o for o in tensors if o.__dict__.pop(_DIRTY, False)}
+        # only an input of this Function can be marked dirty (torch raises otherwise)
+        dirty = [o for o in dirty.values() if any(o is a for a in args)]
+        if dirty:
+            ctx.mark_dirty(*(getattr(ctx, "dirty_tensors", None) or ()), *dirty)
         return outputs
 
     return staticmethod(forward)

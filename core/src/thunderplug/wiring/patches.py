@@ -544,7 +544,9 @@ PATCHES: tuple[Patch, ...] = (
         "always (acts only on outputs a discover() trace flagged)",
         "outputs that no input requiring grad reaches do not require grad, as in eager (thunder marks every "
         "output differentiable): the forward trace flags them (`mark_non_differentiable`), the Function passes "
-        "them to `ctx.mark_non_differentiable`.",
+        "them to `ctx.mark_non_differentiable`. An input updated in place and returned (`x.mul_(w); return x`) is "
+        "flagged `mark_dirty` and passed to `ctx.mark_dirty`, so the caller's tensor gets the update's history as "
+        "in eager (thunder dropped the view torch made for it: `requires_grad=False`).",
         features=("eager.output_grads",),
     ),
     Patch(
