@@ -209,10 +209,7 @@ def _unreached(
         for arg, grad in zip(flat_args, grads)
         if _carries_grad(arg) and (arg.requires_grad or grad is not None)
     }
-    for bsym in trace.bound_symbols[:-1]:
-        if bsym.sym.name == "detach" or cuts(bsym) or not any(variableify(a) in reached for a in bsym.flat_proxy_args):
-            continue
-        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
+    _follow(trace.bound_symbols[:-1], reached, set(), cuts)
     return [
         i
         for i, out in enumerate(outputs)

@@ -429,41 +429,41 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
         return value
 
     def dict_rebuilt(wrapped: Any) -> Any:
-        """A dict whose keys are numbers or strings: thunder's rebuild makes a key that came from the function's
-        inputs (a layer's index) a proxy of that input, which cannot be hashed (``unhashable type: 'AnyProxy'``:
-        the ``is_updated`` dict of T5's and Whisper's ``EncoderDecoderCache``); the key is its value here."""
-        value, wrappers = unwrap(wrapped), wrapped.item_wrappers
-        return {
-            key: replacement(wrappers[key]) if unwrap(wrappers.get(key)) is item and key in wrappers
-            else rebuilt_unwrapped(item)
-            for key, item in value.items()
-        }
+        """A dict, item by item: thunder's rebuild returned an item it has no current wrapper for as it was in
+        tracing, and made a key that came from the function's inputs (a layer's index) a proxy of that input,
+        which cannot be hashed (``unhashable type: 'AnyProxy'``: the ``is_updated`` dict of T5's and Whisper's
+        ``EncoderDecoderCache``); a number or string key is its value here, other keys are rebuilt as before."""
+        value, wrappers, key_wrappers = unwrap(wrapped), wrapped.item_wrappers, wrapped.key_wrappers
+        rebuilt_dict = {}
+        for key, item in value.items():
+            wrapper, key_wrapper = wrappers.get(key), key_wrappers.get(key)
+            if type(key) not in (int, str, float, bool) and key_wrapper is not None:
+                key = replacement(key_wrapper)
+            current = wrapper is not None and unwrap(wrapper) is item
+            rebuilt_dict[key] = replacement(wrapper) if current else rebuilt_unwrapped(item)
+        return rebuilt_dict
 
-    def container_items_rebuilt(wrapped: Any, result: Any) -> Any:
-        """thunder's rebuild of a list, tuple or dict returns an item it has no wrapper for as it was in
-        tracing, proxies and all (transformers' ``DynamicCache`` in Falcon's ``return_dict=False`` tuple)."""
-        value, wrappers = unwrap(wrapped), wrapped.item_wrappers
-        if type(result) is dict and isinstance(wrappers, dict):
-            return {key: item if wrappers.get(key) is not None else rebuilt_unwrapped(item)
-                    for key, item in result.items()}
-        if type(result) in (list, tuple) and len(result) == len(value):
-            missing = wrappers or [None] * len(value)
-            return type(result)(item if missing[i] is not None else rebuilt_unwrapped(item)
-                                for i, item in enumerate(result))
-        return result
+    def sequence_rebuilt(wrapped: Any) -> Any:
+        """thunder's rebuild of a list or tuple returns an item it has no wrapper for as it was in tracing,
+        proxies and all (transformers' ``DynamicCache`` in Falcon's ``return_dict=False`` tuple)."""
+        value, result = unwrap(wrapped), original(wrapped)
+        if type(result) not in (list, tuple) or len(result) != len(value):
+            return result
+        wrappers = wrapped.item_wrappers or [None] * len(value)
+        return type(result)(item if wrappers[i] is not None else rebuilt_unwrapped(item)
+                            for i, item in enumerate(result))
 
     def replacement(wrapped: Any) -> Any:
         if not active():
             return original(wrapped)
         value = unwrap(wrapped)
-        if type(value) in (list, tuple, dict) and not hasattr(wrapped, "anyproxy"):
-            if type(value) is dict and isinstance(wrapped.item_wrappers, dict) and all(
-                type(key) in (int, str, float, bool) for key in value
-            ):
-                return dict_rebuilt(wrapped)
-            return container_items_rebuilt(wrapped, original(wrapped))
+        if type(value) is dict and isinstance(wrapped.item_wrappers, dict) and not hasattr(wrapped, "anyproxy"):
+            return dict_rebuilt(wrapped)
+        if type(value) in (list, tuple) and not hasattr(wrapped, "anyproxy"):
+            return sequence_rebuilt(wrapped)
         if not rebuildable(wrapped):
             return original(wrapped)
+
         def attribute(key: str, item: Any) -> Any:
             wrapper = wrapped.attribute_wrappers.get(key)  # stale after a write through __dict__ or vars()
             return replacement(wrapper) if wrapper is not None and unwrap(wrapper) is item else rebuilt_unwrapped(item)
@@ -505,9 +505,7 @@ def dict_literals_keep_their_items(original: Callable[..., Any], active: Callabl
     return build_map_handler
 
 
-def starred_arguments_as_tuples(
-    original: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
-) -> Callable[..., Any]:
+def starred_arguments_as_tuples(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """thunder's handler of ``CALL_FUNCTION_EX`` (``f(*args)``) reads the starred value by ``len`` and index,
     so a value that is iterable but not a sequence (``x.permute(*reversed(range(x.ndim)))``, an iterator, a
     generator, a set) failed (``TypeError: object of type 'range_iterator' has no len()``), and a dict gave its
@@ -519,7 +517,7 @@ def starred_arguments_as_tuples(
         position = -2 if inst.arg & 0x01 else -1  # the starred value is under the ``**`` mapping, if any
         starred = stack.getitem_wrapped(position)
         if active() and not isinstance(unwrap(starred), (tuple, list)):
-            as_tuple = interpret(tuple, starred)
+            as_tuple = interpret_call(tuple, starred)
             if as_tuple is INTERPRETER_SIGNALS.EXCEPTION_RAISED:
                 return as_tuple
             stack[position] = as_tuple

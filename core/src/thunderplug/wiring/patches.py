@@ -631,7 +631,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "starred arguments as tuples", default_opcode_handler_map(), "CALL_FUNCTION_EX",
-        lambda original: fixes.starred_arguments_as_tuples(original, interpret_call, _compiling_with_core),
+        lambda original: fixes.starred_arguments_as_tuples(original, _compiling_with_core),
         "discover() compilations",
         "thunder bug: `f(*value)` of an iterable that is not a sequence (`x.permute(*reversed(range(x.ndim)))`, an "
         "iterator, a generator) failed (`object of type 'range_iterator' has no len()`), and of a dict passed its "
