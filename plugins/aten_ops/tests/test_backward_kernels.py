@@ -116,6 +116,44 @@ def test_thunder_alone_differs(name):
     assert not _bit_identical(name, torch.float32, _executors(with_executor=False))
 
 
+#: the activations called as ATen overloads (``torch.ops.aten.<op>.default``, what subclass programs and
+#: decompositions call): name -> (function of one (64, 96) input, eager's backward kernel in the backward trace).
+#: Unregistered, these ran as the core's fallbacks, whose gradients were torch's decompositions of the backward
+#: kernels (mish and silu 1.2e-7 off; softplus, celu, selu, log_sigmoid, glu too)
+ATEN = torch.ops.aten
+ATEN_OPS = {
+    "mish": (ATEN.mish.default, "mish"),
+    "silu": (ATEN.silu.default, "silu"),
+    "hardswish": (ATEN.hardswish.default, "hardswish"),
+    "hardsigmoid": (ATEN.hardsigmoid.default, "hardsigmoid"),
+    "softplus": (lambda x: ATEN.softplus.default(x, 2.0, 3.0), "softplus"),
+    "celu": (lambda x: ATEN.celu.default(x, 0.7), "elu"),
+    "selu": (ATEN.selu.default, "elu"),
+    "relu6": (ATEN.relu6.default, "hardtanh"),
+    "log_sigmoid": (ATEN.log_sigmoid.default, "log_sigmoid"),
+    "hardshrink": (ATEN.hardshrink.default, "hardshrink"),
+    "softshrink": (lambda x: ATEN.softshrink.default(x, 0.3), "softshrink"),
+    "glu": (lambda x: ATEN.glu.default(x, 0), "glu"),
+    "threshold": (lambda x: ATEN.threshold.default(x, 0.1, 20.0), "threshold"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ATEN_OPS)
+def test_aten_activations_run_eagers_backward(name, dtype, plug):
+    """``torch.ops.aten.mish.default(x)`` differentiates as ``F.mish(x)`` does: eager's backward kernel, bit for
+    bit (values spread over [-12, 12], the kinks 0, +-3, 6 and softplus's threshold among them)."""
+    fn, backward = ATEN_OPS[name]
+    x = 4 * torch.randn(64, 96, generator=torch.Generator().manual_seed(0))
+    x[0, :6] = torch.tensor([0.0, 3.0, -3.0, 6.0, 1.5, -0.3])
+    x = x.to(dtype)
+    jitted = thunder.jit(fn, executors=plug)
+    expected = _outputs_and_grads(fn, x)
+    actual = _outputs_and_grads(fn, x, lambda f: jitted)
+    assert all(torch.equal(a, e) for a, e in zip(actual, expected))
+    assert f"eager_{backward}_backward" in {b.sym.name for b in thunder.last_backward_traces(jitted)[-1].bound_symbols}
+
+
 def test_kernels_in_the_traces(plug):
     """Forward ATen kernel in the forward trace, eager's backward kernel in the backward trace."""
     jitted = thunder.jit(lambda x: torch.tanh(F.relu(x)), executors=plug)

@@ -23,11 +23,16 @@ _UNARY = (
     "reciprocal rsqrt sigmoid sin sinh sqrt tan tanh relu sign"
 ).split()
 _UNARY_NOT_DIFFERENTIABLE = ("bitwise_not", "logical_not", "isnan", "isinf")
+_ACTIVATIONS = "mish silu hardswish hardsigmoid softplus celu selu relu6 hardshrink softshrink glu threshold".split()
 
 #: (overload, thunder.torch function)
 _FORWARDS = (
     *((getattr(aten, name).default, getattr(ltorch, name)) for name in _UNARY),
     (aten.gelu.default, ltorch.gelu),
+    # activations: the ltorch symbols are what the eager_backward_kernels executor differentiates with eager's
+    # backward kernels (as unregistered fallbacks their gradients were torch's decompositions: ulps off)
+    *((getattr(aten, name).default, getattr(ltorch, name)) for name in _ACTIVATIONS),
+    (aten.log_sigmoid.default, ltorch.logsigmoid),
     (aten.linear.default, ltorch.linear),
     (aten.matmul.default, ltorch.matmul),
     (aten._pdist_forward.default, ltorch.pdist),
