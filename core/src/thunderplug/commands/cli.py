@@ -78,6 +78,7 @@ def _explain(args: argparse.Namespace) -> int:
     that compiled (all of them with ``--all``)."""
     from thunderplug.caching.regions import compiled_regions
     from thunderplug.commands.explain import LEGEND, explain, summarize
+    from thunderplug.tracing.compilation import record_of
     from thunderplug.wiring.patches import recording_jitted_functions
 
     exit_code, error = 0, None
@@ -98,6 +99,7 @@ def _explain(args: argparse.Namespace) -> int:
         for fn in jitted_functions
     }
     inside = {id(region) for regions in regions_of.values() for region in regions.values()}
+    inside |= {id(part) for fn in jitted_functions for part in record_of(fn).graph_parts}
     compiled = [fn for fn in jitted_functions if _was_compiled(fn) and id(fn) not in inside]
     names = _compilation_names(compiled, regions_of)
     shares = [_share(fn) for fn in compiled]
@@ -113,6 +115,7 @@ def _explain(args: argparse.Namespace) -> int:
                 "shared": None if share is None else {
                     **asdict(share), "owner_index": _index_of(owner := names.get(share.owner)), "owner_name": owner
                 },
+                "graph_break": record_of(fn).graph_break.strip() or None,
                 "summary": [asdict(t) for t in summarize(rows)],
                 "rows": [asdict(r) for r in rows],
                 "notes": _notes(fn, rows, every_claim=True),
@@ -184,12 +187,19 @@ def _index_of(name: str | None) -> int | None:
 def _explain_one(fn: Any, share: Any, names: dict[str, str], args: argparse.Namespace) -> None:
     """The summary of one compiled function or region (with its sharing line when ``share``)."""
     from thunderplug.commands.explain import explain, format_rows, format_summary
+    from thunderplug.tracing.compilation import record_of
 
     if share is not None:
         owner = names.get(share.owner)
         print(share.line(owner))
         if not share.own and owner is not None and not args.all:
             return  # its summary is its owner's
+    record = record_of(fn)
+    if record.graph_parts:
+        print(
+            f"graph broken at{record.graph_break} (a data-dependent output shape): {len(record.graph_parts)} "
+            "graph(s) compiled by thunder.jit, the op and the code between them run eagerly"
+        )
     rows = _rows(explain, fn)
     print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
     notes = _notes(fn, rows, every_claim=args.all)
@@ -245,8 +255,10 @@ def _name(fn: Any) -> str:
 def _was_compiled(fn: Any) -> bool:
     import thunder
 
+    from thunderplug.tracing.compilation import record_of
+
     try:
-        return bool(thunder.last_traces(fn))
+        return bool(record_of(fn).graph_parts) or bool(thunder.last_traces(fn))
     except Exception:  # noqa: BLE001 - never called: nothing to explain
         return False
 

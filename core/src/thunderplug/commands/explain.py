@@ -9,7 +9,8 @@ Two stages are shown for the last compilation of ``jitted``:
 Declines come from the claims' checkers (their reason strings). A module that ran another module's
 compilation (``thunderplug.caching.reuse``: blocks of one structure compile once) is explained by that
 compilation's record; :func:`sharing` says whose it is and how many modules run it. A module
-compiled as regions (``thunderplug.caching.regions``) is explained by its regions' rows, in tree order.
+compiled as regions (``thunderplug.caching.regions``) is explained by its regions' rows, in tree order, and a
+function broken at a data-dependent op (``thunderplug.wiring.graph_breaks``) by its graphs' rows.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def explain(jitted: Any) -> list[Row]:
     regions = compiled_regions(jitted)
     if regions:  # compiled as regions (thunderplug.caching.regions): what each ran, in tree order
         return [row for region in regions.values() if thunder.last_traces(region) for row in explain(region)]
+    parts = record_of(jitted).graph_parts
+    if parts:  # broken at a data-dependent op (thunderplug.wiring.graph_breaks): what each graph ran, in order
+        return [row for part in parts if thunder.last_traces(part) for row in explain(part)]
     traces = thunder.last_traces(jitted)
     if not traces:
         raise ValueError("the function has not been compiled yet: call it once first")
@@ -148,6 +152,12 @@ def unused_kernel_claims(
     (usually a plugin's claim on ops this program does not use)."""
     import thunder
 
+    parts = record_of(jitted).graph_parts
+    if parts:  # broken at a data-dependent op: its graphs' notes, each once
+        notes_of_parts = (
+            unused_kernel_claims(part, rows, priorities, absent=absent) for part in parts if thunder.last_traces(part)
+        )
+        return list(dict.fromkeys(note for notes in notes_of_parts for note in notes))
     compile_data = thunder.compile_data(jitted)
     executors = list(compile_data.executors_list) if compile_data is not None else []
     record = record_of(jitted)

@@ -16,8 +16,12 @@ compilations (wired in by ``thunderplug.wiring.patches``; docs/known-issues.md l
   the broadcast shape first (:func:`eager_arguments`, asked by the subclass core's ``Symbol.__call__``
   replacement), eager's result shape, values and (through the expand) gradient sum.
 
-Refused, by name: ``x[mask]`` with a boolean mask tensor, whose result's shape depends on the mask's values
-(:func:`boolean_mask_refusal`).
+Calls whose result's shape depends on values raise :class:`DataDependentShapeError`, naming the op and the line,
+on which discover() breaks the graph (``wiring.graph_breaks``): ``x[mask]`` with a boolean mask tensor
+(:func:`boolean_mask_refusal`), the torch functions thunder registered automatically whose fake kernel says so
+(``bincount``, ``unique``, ``nonzero(as_tuple=True)``, ...) and thunder's own refusals of such forms
+(:func:`as_data_dependent`), and ``torch.unique``'s implementations thunder has no symbol for
+(:data:`UNSUPPORTED_DATA_DEPENDENT`, :func:`data_dependent_call`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from typing import Any
 
 import thunder.torch as ltorch
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
 from thunder.core.proxies import Proxy, TensorProxy
 
 from thunderplug.thunder_compat import torch_to_thunder_function_map
-from thunderplug.tracing.aten import user_location
+from thunderplug.tracing.aten import DataDependentShapeError, data_dependent
 
 # -- the % operators ------------------------------------------------------------------------------------------
 
@@ -212,8 +217,9 @@ _LERP_SIGNATURE = _lerp_signature()
 
 def boolean_mask_refusal(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """thunder's advanced indexing refuses a boolean mask tensor (``x[x > 0]``) with a message that names
-    neither the program's line nor what to do; the refusal stays (a trace has one shape per tensor, and this
-    one depends on the mask's values) and says both."""
+    neither the program's line nor what to do. A trace has one shape per tensor and this one depends on the
+    mask's values: it is refused as a :class:`DataDependentShapeError`, which names both, and on which
+    ``discover()`` breaks the graph there (``wiring.graph_breaks``)."""
 
     def replacement(a: Any, /, key: Any) -> Any:
         try:
@@ -221,11 +227,39 @@ def boolean_mask_refusal(original: Callable[..., Any], active: Callable[[], bool
         except NotImplementedError as error:
             if not active() or "boolean advanced indexing" not in str(error):
                 raise
-            raise NotImplementedError(
-                f"indexing a tensor with a boolean mask (`x[mask]`){user_location()} is not supported by "
-                "thunder.jit: the result's shape depends on the mask's values, which a trace does not know "
-                f"(thunder: {error}). Keep the shape with `torch.where(mask, x, 0)` or `x.masked_fill(~mask, 0)`, "
-                "or index outside the jitted function"
-            ) from None
+            raise data_dependent("x[mask]", " (indexing a tensor with a boolean mask)") from None
 
     return replacement
+
+
+#: thunder 0.2.6's refusals of call forms whose result's shape depends on values: ``torch.repeat_interleave``
+#: with repeats given as a tensor, ``torch.where`` with only a condition
+_THUNDER_DATA_DEPENDENT_REFUSALS = ("does not support tensor repeats", "does not support only specifying a condition")
+
+
+def as_data_dependent(symbol: Any, error: NotImplementedError) -> DataDependentShapeError | None:
+    """The :class:`DataDependentShapeError` for ``symbol``'s failure ``error`` when it failed because the result's
+    shape depends on values: thunder's automatic registration ran the torch function on fake tensors, which raised
+    torch's dynamic-output-shape exception, or thunder refused such a form. ``None`` for any other failure."""
+    if isinstance(error, DataDependentShapeError):
+        return None
+    dynamic = isinstance(error.__cause__, (DynamicOutputShapeException, DataDependentOutputException))
+    if not dynamic and not any(refusal in str(error) for refusal in _THUNDER_DATA_DEPENDENT_REFUSALS):
+        return None
+    name = str(symbol.id)
+    return data_dependent(name if "." in name else f"torch.{symbol.name}")
+
+
+#: torch functions thunder 0.2.6 has no symbol for, whose result's shape depends on values: what ``torch.unique``
+#: and ``Tensor.unique`` call (``unique_dim`` with ``dim``; thunder: ``Trying to call function torch._unique2, but it is not yet supported``)
+UNSUPPORTED_DATA_DEPENDENT = (torch._unique2, torch._unique, torch._C._VariableFunctions.unique_dim)
+
+
+def data_dependent_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The lookaside of a function of :data:`UNSUPPORTED_DATA_DEPENDENT`: it raises the data-dependent error."""
+    name = f"torch.{fn.__name__}"
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise data_dependent(name)
+
+    return interpreter_needs_wrap(refused)

@@ -21,7 +21,7 @@ from thunder.core.trace import get_tracectx, tracectx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
 from thunderplug.caching.recompiles import note_subclass_input
-from thunderplug.eager.tensor_api import eager_arguments
+from thunderplug.eager.tensor_api import as_data_dependent, eager_arguments
 from thunderplug.eager.tensor_to import returns_input_unchanged
 from thunderplug.subclass.autodiff import tangent_layout
 from thunderplug.subclass.dispatch import construct, dispatch, has_subclass_proxy, passes_through
@@ -167,7 +167,12 @@ def symbol_call(original: Callable[..., Any]) -> Callable[..., Any]:
                 subclass_op = dispatch(self, core.aten, args, kwargs)
                 if subclass_op is not None:
                     return subclass_op(*args, **kwargs)
-        result = original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except NotImplementedError as error:  # a result shape that depends on values: the graph breaks there
+            if active_core_executor() is not None and (data_dependent := as_data_dependent(self, error)) is not None:
+                raise data_dependent from error
+            raise
         if self is prims.get_grad and isinstance(result, SubclassTensorProxy):
             result.layout = tangent_layout(args[0])  # the gradient's assumed type, as AOTAutograd guesses it
         return result

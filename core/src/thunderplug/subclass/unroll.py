@@ -34,13 +34,14 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import get_tracectx
 from thunder.transforms import autocast as thunder_autocast
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from thunderplug.subclass import replay
 from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
-from thunderplug.tracing.aten import AtenTable, user_location
+from thunderplug.tracing.aten import AtenTable, data_dependent, user_location
 from thunderplug.tracing.compilation import current_record
 from thunderplug.tracing.fake import (
     fake_like,
@@ -193,6 +194,8 @@ def _trace(
     try:
         with fake_mode(), applied_autocast(autocast), torch.set_grad_enabled(grad_enabled()):
             graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_like(leaf) for leaf in leaves])
+    except (DynamicOutputShapeException, DataDependentOutputException) as error:
+        raise data_dependent(display) from error  # under discover(), the graph breaks there (wiring.graph_breaks)
     except Exception as error:
         raise SubclassDispatchError(
             f"{display} failed in the subclass's __torch_dispatch__{user_location()}: {error}"

@@ -67,7 +67,14 @@ class UnsupportedAtenOpError(NotImplementedError):
 
 
 class DataDependentShapeError(UnsupportedAtenOpError):
-    """The overload's output shape depends on its input's values (``nonzero``, masked selection)."""
+    """The overload's output shape depends on its input's values (``nonzero``, masked selection).
+
+    Under ``discover()`` the function then runs with a graph break at the op (``wiring.graph_breaks``);
+    ``op`` and ``location`` (`` (at file:line)`` of the user's call, or ``""``) say where."""
+
+    def __init__(self, message: str, op: str = "", location: str = ""):
+        super().__init__(message)
+        self.op, self.location = op, location
 
 
 class NotDifferentiableError(RuntimeError):
@@ -335,12 +342,16 @@ def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:
 # -- errors -----------------------------------------------------------------------------------------
 
 
-def _data_dependent(name: str) -> DataDependentShapeError:
+def data_dependent(name: str, how: str = "") -> DataDependentShapeError:
+    """The error for op ``name`` (called as ``how``, e.g. ``x[mask]``) whose output shape depends on values."""
+    location = user_location()
     return DataDependentShapeError(
-        f"{name} has a data-dependent output shape (its size depends on the input's values){user_location()}: "
+        f"{name}{how} has a data-dependent output shape (its size depends on the input's values){location}: "
         "thunder 0.2.6 traces have static shapes, so it cannot be part of a jitted function. Compute it outside "
         "the jitted function and pass the result in, or use a fixed-shape formulation (a boolean mask with "
-        "torch.where, or a masked reduction)."
+        "torch.where, or a masked reduction).",
+        op=f"{name}{how}",
+        location=location,
     )
 
 
@@ -403,7 +414,7 @@ def _fallback_meta(overload: OpOverload, name: str) -> Callable[..., Any]:
             with fake_mode(), torch.enable_grad(), without_autocast():
                 result = overload(*fakes_args, **fakes_kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as error:
-            raise _data_dependent(name) from error
+            raise data_dependent(name) from error
         except Exception as error:
             raise UnsupportedAtenOpError(
                 f"{name} has no plugin decomposition, and its fake (meta) kernel failed{user_location()}: "

@@ -45,6 +45,10 @@ class CompilationRecord:
     #: the compilations shared with modules of the same structure (``thunderplug.caching.reuse``): those it
     #: offered, then those of other modules it ran
     shared: list[Any] = field(default_factory=list)
+    #: where tracing met an op with a data-dependent output shape (`` x[mask] (at file:line)``) and the
+    #: ``thunder.jit`` compilations of the graphs around it (``thunderplug.wiring.graph_breaks``)
+    graph_break: str = ""
+    graph_parts: list[Any] = field(default_factory=list)
     _alive_in: Any = None  # a weak reference to the trace ``alive`` describes
     _alive_scanned: int = 0
 

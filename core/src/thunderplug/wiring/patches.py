@@ -55,7 +55,7 @@ from thunderplug.thunder_compat import (
     runs_called_function_itself,
 )
 from thunderplug.tracing import aten
-from thunderplug.wiring import fixes, sharing, speedups, thunderfx
+from thunderplug.wiring import fixes, graph_breaks, sharing, speedups, thunderfx
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,14 @@ def _compiling_with_core() -> bool:
     return active_core_executor() is not None
 
 
-#: Python functions thunder interprets, for which the table adds a lookaside only discover() compilations see
-_DISCOVER_ONLY_LOOKASIDES = (torch.nn.Module.__getattr__, torch.nn.Module._wrapped_call_impl, copyreg.__newobj__)
+#: functions thunder interprets (or, for torch builtins it has no symbol for, refuses), for which the table adds a
+#: lookaside only discover() compilations see
+_DISCOVER_ONLY_LOOKASIDES = (
+    torch.nn.Module.__getattr__,
+    torch.nn.Module._wrapped_call_impl,
+    copyreg.__newobj__,
+    *tensor_api.UNSUPPORTED_DATA_DEPENDENT,
+)
 _discover_only_ids: set[int] = set()  # ids of those lookasides while installed
 
 
@@ -140,7 +146,10 @@ PATCHES: tuple[Patch, ...] = (
         "`transpose` of a 0-dim tensor over dim 0 or -1 (thunder: `IndexError`). `torch.lerp` with a `start` smaller "
         "than the shape it broadcasts to (a 0-dim start) gets `start` expanded to that shape: thunder's meta gave the "
         "result `start`'s shape (wrong trace metadata; under grad `Failed to find a gradient transform ... "
-        "prims.lerp`); eager's shape, values and gradients.",
+        "prims.lerp`); eager's shape, values and gradients. A symbol that fails because its result's shape depends on "
+        "values (thunder's automatic registration of `bincount`, `unique`, `nonzero(as_tuple=True)` on fake tensors; "
+        "its refusal of tensor repeats and of `torch.where(condition)`) raises the `DataDependentShapeError` at which "
+        "\"graph breaks at data-dependent ops\" breaks the graph.",
         features=("subclass.interception", "eager.tensor_to", "eager.tensor_api"),
     ),
     Patch(
@@ -446,6 +455,17 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "graph breaks at data-dependent ops", thunder, "_with_cache_info_ctx",
+        lambda original: graph_breaks.broken_at_data_dependent_ops(original, uses_core_executor),
+        "discover() compilations without thunder transforms",
+        "an op whose output shape depends on values (`x[mask]`, `nonzero`, `masked_select`, `unique`) cannot be in "
+        "a thunder 0.2.6 trace (static shapes); torch.compile breaks the graph there. When tracing meets one, the "
+        "compilation runs its function through Dynamo from then on, each captured graph compiled whole by "
+        "`thunder.jit` with the compilation's options, the op eager between them; a ThunderplugWarning names the op "
+        "and line.",
+        features=("wiring.graph_breaks",),
+    ),
+    Patch(
         "one compilation per module structure", thunder, "_with_cache_info_ctx",
         lambda original: sharing.shared_compilations(original, uses_core_executor),
         "discover() compilations of modules without thunder transforms",
@@ -623,11 +643,23 @@ PATCHES: tuple[Patch, ...] = (
         features=("eager.tensor_api",),
     ),
     Patch(
-        "boolean mask indexing refused by name", clang, "_advanced_indexing",
+        "boolean mask indexing as a data-dependent op", clang, "_advanced_indexing",
         lambda original: tensor_api.boolean_mask_refusal(original, _compiling_with_core), "discover() compilations",
-        "`x[mask]` with a boolean mask tensor stays refused (its shape depends on the mask's values), with the "
-        "program's line and what to do instead of thunder's bare `boolean advanced indexing is not implemented`.",
+        "`x[mask]` with a boolean mask tensor cannot be in a trace (its shape depends on the mask's values): thunder's "
+        "bare `boolean advanced indexing is not implemented` becomes the `DataDependentShapeError` that names the "
+        "op and the program's line, at which \"graph breaks at data-dependent ops\" breaks the graph.",
         features=("eager.tensor_api",),
+    ),
+    *(
+        Patch(
+            f"torch.{fn.__name__} lookaside", _LOOKASIDES, fn, lambda original, fn=fn: tensor_api.data_dependent_call(fn),
+            "discover() compilations",
+            f"thunder has no symbol for `torch.{fn.__name__}` (what `torch.unique` calls; `Trying to call function "
+            "..., but it is not yet supported`): its result's shape depends on values, so it raises the "
+            "`DataDependentShapeError` at which \"graph breaks at data-dependent ops\" breaks the graph.",
+            features=("eager.tensor_api",),
+        )
+        for fn in tensor_api.UNSUPPORTED_DATA_DEPENDENT
     ),
     Patch(
         "starred arguments as tuples", default_opcode_handler_map(), "CALL_FUNCTION_EX",

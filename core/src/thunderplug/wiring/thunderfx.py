@@ -52,11 +52,16 @@ def subclass_graphs_to_jit(original: Callable[..., Any]) -> Callable[..., Any]:
             is_traceable_wrapper_subclass(arg) for arg in sample_args
         ):
             return original(self, gm, sample_args)
-        import thunder
-        from thunder.dynamo.utils import recompile_graph, remove_empty_autocast
-
-        remove_empty_autocast(gm)
-        recompile_graph(gm)  # Dynamo generates the GraphModule's code lazily
-        return thunder.jit(gm, **self.thunder_options)
+        return jit_graph(gm, self.thunder_options)
 
     return __call__
+
+
+def jit_graph(gm: torch.fx.GraphModule, options: dict[str, Any]) -> Any:
+    """A Dynamo graph compiled whole by ``thunder.jit`` with ``options``."""
+    import thunder
+    from thunder.dynamo.utils import recompile_graph, remove_empty_autocast
+
+    remove_empty_autocast(gm)
+    recompile_graph(gm)  # Dynamo generates the GraphModule's code lazily
+    return thunder.jit(gm, **options)

@@ -11,8 +11,9 @@ __all__ = ["NOT_REGISTERED", "aten_ops"]
 
 #: core overloads this plugin leaves out on purpose, with why (docs/aten_coverage.md lists them)
 NOT_REGISTERED = {
-    "nonzero.default": "data-dependent output shape: thunder 0.2.6 traces have static shapes; the core refuses it "
-    "with an error saying so (compute it outside the jitted function, or use a mask)",
+    "nonzero.default": "data-dependent output shape: thunder 0.2.6 traces have static shapes, so it is no trace "
+    "symbol; under discover() a function calling it runs with a graph break there, the op eager (the core's "
+    "wiring.graph_breaks)",
 }
 
 

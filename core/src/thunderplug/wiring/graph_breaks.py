@@ -1,0 +1,144 @@
+"""A function with an op whose output shape depends on values (``x[mask]``, ``nonzero``, ``masked_select``,
+``unique``) runs as ``torch.compile`` runs it: with a graph break at the op.
+
+thunder 0.2.6 traces have one static shape per tensor, so such an op cannot be in a trace; Dynamo breaks the
+graph there and runs the op eagerly. When tracing a ``discover()`` compilation raises
+:class:`~thunderplug.tracing.aten.DataDependentShapeError`, the compilation runs its function through Dynamo
+from then on: each graph Dynamo captures is compiled whole by ``thunder.jit`` with the compilation's own options
+(discover()'s executors), so the code around the op is thunder traces as before, the op and the Python between
+the graphs run eagerly, and torch's autograd joins the graphs' gradients across the break. A
+``ThunderplugWarning`` names the op and the line once per compilation; ``explain`` shows the graphs' rows
+(``thunder.last_traces`` of the function is ``[]``: it has no trace of its own).
+
+Not broken, the error stands: compilations with thunder ``transforms`` (they apply to one ThunderModule), and
+the graphs themselves (a data-dependent op Dynamo kept in a graph would break again forever).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import thunder
+import torch
+
+from thunderplug.plugin_api.notices import ThunderplugWarning
+from thunderplug.thunder_compat import jit_options
+from thunderplug.tracing.aten import DataDependentShapeError
+from thunderplug.tracing.compilation import record_for
+from thunderplug.wiring.speedups import _closure_value
+from thunderplug.wiring.thunderfx import jit_graph
+
+#: compile option of the graphs' own compilations: they do not break again
+OPTION = "thunderplug_graph_part"
+
+
+class _Broken:
+    """One compilation's function run through Dynamo; made at the first data-dependent op, kept after."""
+
+    def __init__(self, compile_data: Any, error: DataDependentShapeError):
+        record = record_for(compile_data)
+        record.graph_break = f" {error.op}{error.location}"
+        options = {**jit_options(compile_data), OPTION: True}
+        parts = record.graph_parts
+
+        def backend(graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            compiled = jit_graph(graph, options)
+            parts.append(compiled)
+            return compiled
+
+        self.run = torch.compile(compile_data.fn, backend=backend)
+        self.compile_data = weakref.ref(compile_data)
+
+    def cache_entry(self, args: tuple, kwargs: dict) -> tuple[Any, list, tuple]:
+        """What thunder's ``get_computation_and_inputs`` returns: an entry whose computation runs the call
+        through Dynamo (no thunder backward: the graphs' own autograd Functions carry the gradients)."""
+
+        def computation(args: tuple, kwargs: dict) -> tuple[Any]:
+            result = self.run(*args, **kwargs)
+            compile_data = self.compile_data()
+            if compile_data is not None:  # thunder's jitted function sets this grad mode after the call
+                compile_data.is_grad_enabled = torch.is_grad_enabled()
+            return (result,)
+
+        entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
+        return entry, [args, kwargs], ()
+
+
+def _result(result: Any) -> Any:
+    return result
+
+
+def broken_at_data_dependent_ops(original: Callable[..., Any], uses_thunderplug: Callable[[Any], bool]) -> Callable:
+    """thunder's ``_with_cache_info_ctx`` (it wraps each jitted function's ``get_computation_and_inputs``
+    when ``thunder.jit`` is called), for ``discover()`` compilations running the function through Dynamo
+    from the call whose tracing met an op with a data-dependent output shape."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wrapped = original(fn)
+        compile_data_ref = _closure_value(fn, "weakref_cd")
+        compile_stats_ref = _closure_value(fn, "weakref_cs")
+        if compile_data_ref is None or compile_stats_ref is None:
+            return wrapped
+        broken: list[_Broken] = []
+        lock = threading.Lock()
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not broken:
+                try:
+                    return wrapped(*args, **kwargs)
+                except DataDependentShapeError as error:
+                    compile_data = compile_data_ref()
+                    if not _breakable(compile_data, uses_thunderplug):
+                        raise
+                    with lock:
+                        if not broken:
+                            broken.append(_Broken(compile_data, error))
+                            _warn(compile_data, error)
+            stats = compile_stats_ref()
+            if stats is not None:  # no trace of its own: thunder.last_traces says so with [] (explain: the graphs')
+                stats.last_traces, stats.last_backward_traces = [], []
+            return broken[0].cache_entry(args, kwargs)
+
+        return call
+
+    return decorate
+
+
+def _breakable(compile_data: Any, uses_thunderplug: Callable[[Any], bool]) -> bool:
+    return (
+        compile_data is not None
+        and uses_thunderplug(compile_data)
+        and not compile_data.transforms
+        and not compile_data.compile_options.get(OPTION, False)
+    )
+
+
+def _warn(compile_data: Any, error: DataDependentShapeError) -> None:
+    name = getattr(compile_data.fn, "__qualname__", type(compile_data.fn).__name__)
+    warnings.warn(
+        f"{name}: {error.op}{error.location} has a data-dependent output shape, which a thunder 0.2.6 trace "
+        "cannot have; the function runs as torch.compile runs it: Dynamo breaks the graph at the op, which runs "
+        "eagerly, and thunder.jit compiles each graph around it with the same executors "
+        "(thunderplug explain shows them). For one trace, use a fixed-shape formulation (torch.where(mask, x, 0), "
+        "a masked reduction) or index outside the jitted function.",
+        ThunderplugWarning,
+        stacklevel=_user_frame_level(),
+    )
+
+
+_LIBRARIES = (os.path.dirname(thunder.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+def _user_frame_level() -> int:
+    """The ``stacklevel`` of the first frame outside thunder and thunderplug, seen from :func:`_warn`
+    (the user's call of the jitted function; thunder's wrappers and the patches between vary)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level
