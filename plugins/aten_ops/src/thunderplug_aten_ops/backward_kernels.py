@@ -1,7 +1,8 @@
 """The ``eager_backward_kernels`` executor: activations, clamps, powers, element-wise and reduced
 maxima run as eager autograd runs them, forward and backward; and the ops thunder 0.2.6 cannot
-differentiate at all (``flip``, ``lerp``, ``remainder``; ``nextafter`` and zeta's first argument,
-whose backward raises eager's ``NotImplementedError``, as ``2 % x``'s raises eager's ``RuntimeError``);
+differentiate at all (``flip``, ``lerp``, ``remainder``; ``round``, ``trunc`` and ``div`` with a rounding
+mode, whose gradients are zeros; ``nextafter`` and zeta's first argument, whose backward raises eager's
+``NotImplementedError``, as ``2 % x``'s and ``floor_divide``'s (``x // y``) raise eager's ``RuntimeError``);
 ``prod``, whose rule in thunder divides by the input (NaN at zeros).
 
 Why: with gradients enabled thunder differentiates these ops through its own decompositions and
@@ -180,6 +181,16 @@ def _remainder_backward(grad, a, b):
 
 def _remainder_scalar_backward(grad, a):
     return _as_input(grad, a)
+
+
+def _zeros_backward(grad, a):
+    """``round`` and ``trunc`` (``derivatives.yaml``: ``zeros_like(grad)``): a zero gradient."""
+    return torch.zeros_like(grad)
+
+
+def _zeros_binary_backward(grad, a, b):
+    """``div`` with a rounding mode (``div_tensor_self_backward`` / ``div_tensor_other_backward``: zeros)."""
+    return _as_input(torch.zeros_like(grad), a), _as_input(torch.zeros_like(grad), b)
 
 
 def _zeta_backward(grad, a, b):
@@ -425,6 +436,16 @@ class _Kernels:
         self.remainder_backward = formula("remainder_backward", _remainder_backward, (1, 2))
         self.remainder_scalar_backward = formula("remainder_scalar_backward", _remainder_scalar_backward)
         self.remainder_scalar_tensor = op("remainder_scalar_tensor", aten.remainder.Scalar_Tensor)
+        self.round = op("round", aten.round.default)
+        self.trunc = op("trunc", aten.trunc.default)
+        self.zeros_backward = formula("zeros_backward", _zeros_backward)
+        self.zeros_binary_backward = formula("zeros_binary_backward", _zeros_binary_backward, (1, 2))
+        self.div_mode = op("div_tensor_mode", aten.div.Tensor_mode)
+        self.div_scalar_mode = op("div_scalar_mode", aten.div.Scalar_mode)
+        self.floor_divide = op("floor_divide", aten.floor_divide.default)
+        self.floor_divide_scalar = op("floor_divide_scalar", aten.floor_divide.Scalar)
+        self.floor_divide_backward = formula(
+            "floor_divide_backward", _derivative_not_implemented("aten::floor_divide"))
         self.prod = op("prod", aten.prod.default)
         self.prod_dim = op("prod_dim", aten.prod.dim_int)
         self.prod_backward = formula("prod_backward", _prod_backward)
@@ -801,7 +822,7 @@ class _Rules:
         put_grad(bias, self.k.linear_bias_backward(g, a, bias))
         return out
 
-    # flip, lerp, remainder, nextafter, zeta: thunder 0.2.6 has no rule for their prims -------------
+    # flip, lerp, remainder, round, trunc, nextafter, zeta: thunder 0.2.6 has no rule for their prims --------
 
     @staticmethod
     def flip_checker(a: Any, /, *dims: Any) -> bool:
@@ -878,6 +899,59 @@ class _Rules:
         put_grad(a, self.k.remainder_scalar_backward(get_grad(out), a))
         return out
 
+    def round_execute(self, a, /):
+        return self.k.round(a)
+
+    def round_grad(self, a, /):
+        out = self.k.round(a)
+        put_grad(a, self.k.zeros_backward(get_grad(out), a))
+        return out
+
+    def trunc_execute(self, a, /):
+        return self.k.trunc(a)
+
+    def trunc_grad(self, a, /):
+        out = self.k.trunc(a)
+        put_grad(a, self.k.zeros_backward(get_grad(out), a))
+        return out
+
+    @staticmethod
+    def div_checker(a: Any, b: Any, /, *, rounding_mode: Any = None, out: Any = None) -> bool:
+        """``div`` with a rounding mode (thunder's ``trunc`` decomposition has no rule)."""
+        return rounding_mode in ("trunc", "floor") and out is None and _float_operands(a, b)
+
+    def div_execute(self, a, b, /, *, rounding_mode=None, out=None):
+        if isinstance(b, TensorProxy):
+            return self.k.div_mode(a, b, rounding_mode)
+        return self.k.div_scalar_mode(a, b, rounding_mode)
+
+    def div_grad(self, a, b, /, *, rounding_mode=None, out=None):
+        """Zeros to both (``div_tensor_self_backward`` with a rounding mode)."""
+        out = self.div_execute(a, b, rounding_mode=rounding_mode)
+        if isinstance(b, TensorProxy):
+            ga, gb = self.k.zeros_binary_backward(get_grad(out), a, b)
+            put_grad(a, ga)
+            put_grad(b, gb)
+        else:
+            put_grad(a, self.k.zeros_backward(get_grad(out), a))
+        return out
+
+    @staticmethod
+    def floor_divide_checker(a: Any, b: Any, /) -> bool:
+        return _float_operands(a, b)
+
+    def floor_divide_execute(self, a, b, /):
+        return self.k.floor_divide(a, b) if isinstance(b, TensorProxy) else self.k.floor_divide_scalar(a, b)
+
+    def floor_divide_grad(self, a, b, /):
+        """``torch.floor_divide`` and ``//``: eager has no derivative (``derivative for aten::floor_divide is not
+        implemented`` when the backward reaches it), where ``div(rounding_mode="floor")``'s is zeros."""
+        out = self.floor_divide_execute(a, b)
+        for t in (a, b):
+            if isinstance(t, TensorProxy):
+                put_grad(t, self.k.floor_divide_backward(get_grad(out), t))
+        return out
+
     @staticmethod
     def prod_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
         """``torch.prod(x)`` and ``torch.prod(x, dim)`` of a float tensor, without a ``dtype``."""
@@ -914,6 +988,13 @@ class _Rules:
         put_grad(a, self.k.zeta_self_backward(get_grad(out), a))  # eager: not implemented for ``self``
         put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
         return out
+
+
+def _float_operands(a: Any, b: Any) -> bool:
+    """A float tensor and a float tensor of its dtype or a (real) number."""
+    if not _float(a):
+        return False
+    return (_float(b) and b.dtype == a.dtype) if isinstance(b, TensorProxy) else _is_scalar(b)
 
 
 def _is_scalar(a: Any) -> bool:
@@ -976,6 +1057,10 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.lerp: ("lerp_checker", "lerp_execute", "lerp_grad"),
     ltorch.remainder: ("remainder_checker", "remainder_execute", "remainder_grad"),
     ltorch.prod: ("prod_checker", "prod_execute", "prod_grad"),
+    ltorch.round: ("unary_checker", "round_execute", "round_grad"),
+    ltorch.trunc: ("unary_checker", "trunc_execute", "trunc_grad"),
+    ltorch.div: ("div_checker", "div_execute", "div_grad"),
+    ltorch.floor_divide: ("floor_divide_checker", "floor_divide_execute", "floor_divide_grad"),
     ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
     ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
     ltorch.linear: ("linear_checker", "linear_execute", "linear_grad"),
