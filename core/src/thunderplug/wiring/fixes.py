@@ -23,6 +23,7 @@ from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap
 from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
+from thunder.extend import ImplInfo
 
 from thunderplug.thunder_compat import interpret_call
 
@@ -165,6 +166,22 @@ def index_put_backward(original: Callable[..., Any], active: Callable[[], bool])
         return grad_a, None, grad_values
 
     return replacement
+
+
+def zeros_of_no_dims(original: ImplInfo, active: Callable[[], bool]) -> ImplInfo:
+    """thunder's autodiff gives a value no gradient reached the gradient ``ltorch.zeros(*shape)``, which its torch
+    executor runs as ``torch.zeros(*shape)``: for a 0-dim value ``torch.zeros()``, which torch refuses (``TypeError:
+    zeros() received an invalid combination of arguments``; the backward of ``torch.var_mean(x)[0]`` or of
+    ``torch.aminmax(x).max``, whose other output is unused). The empty shape is passed as a tuple instead."""
+    transform = original.execution_transform
+
+    def replacement(*shape: Any, device: Any = None, dtype: Any = None) -> Any:
+        if not shape and active():
+            shape = ((),)
+        return transform(*shape, device=device, dtype=dtype)
+
+    return ImplInfo(symbol=original.symbol, checker=original.checker, execution_transform=replacement,
+                    grad_transform=original.grad_transform)
 
 
 def autocast_state_per_call(original: Callable[..., Any]) -> Callable[..., Any]:

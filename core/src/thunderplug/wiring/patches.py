@@ -28,7 +28,7 @@ from thunder.core.module import ThunderModule
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
-from thunder.executors import passes, torch_autograd
+from thunder.executors import passes, torch_autograd, torchex
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.recipes.base import BaseRecipe
 from thunder.torch.experimental import dtensor_proxy
@@ -825,6 +825,14 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "zeros of no dims", torchex.ex.implmap, ltorch.zeros.id,
+        lambda original: fixes.zeros_of_no_dims(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the gradient autodiff gives a 0-dim value no gradient reached is `ltorch.zeros()`, which the "
+        "torch executor runs as `torch.zeros()` (`TypeError: zeros() received an invalid combination of arguments`: "
+        "the backward of `torch.var_mean(x)[0]`, of `torch.aminmax(x).max`); it runs `torch.zeros(())`.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
         "thunder bug: the augmented forward of an autograd.Function is a fresh trace that knows none of its ops' "
         "names, so alias updates for its in-place ops can reuse one (`Variable t5 is being overwritten`); the "
@@ -924,6 +932,7 @@ _TABLE_NAMES = {
     id(default_lookaside_map()): "thunder.core.default_lookaside_map()",
     id(default_opcode_handler_map()): "thunder.core.default_opcode_handler_map()",
     id(backward_impls): "thunder.core.transforms.backward_impls",
+    id(torchex.ex.implmap): "thunder.executors.torchex.ex.implmap",
 }
 
 

@@ -252,6 +252,11 @@ def _derivative_not_implemented(op: str) -> Callable[..., Any]:
     return backward
 
 
+def _aminmax_backward(grad_min, grad_max, a):
+    """``aminmax``: ``derivatives.yaml`` lists no rule, so eager's node raises when the backward reaches it."""
+    raise RuntimeError("derivative for aten::aminmax is not implemented")
+
+
 def _restore_reduced_dims(t, dims: Sequence[int], ndim: int, keepdim: bool):
     """``restore_reduced_dims``: size-1 dims back where a reduction without keepdim removed them."""
     if keepdim or not dims:  # no dims: all of them, and the result is 0-dim either way
@@ -426,6 +431,8 @@ class _Kernels:
         self.normalize = _formula(executor, "eager_normalize", torch.nn.functional.normalize, (0,))
         self.normalize_backward = formula("normalize_backward", _normalize_backward)
         self.max_dim = _operator(executor, "eager_max_dim", aten.max.dim, differentiable=(0,))
+        self.aminmax = _operator(executor, "eager_aminmax", aten.aminmax.default, differentiable=(0, 1))
+        self.aminmax_backward = formula("aminmax_backward", _aminmax_backward, (2,))
         self.flip = op("flip", aten.flip.default)
         self.lerp_scalar = op("lerp_scalar", aten.lerp.Scalar)
         self.lerp_tensor = op("lerp_tensor", aten.lerp.Tensor)
@@ -786,6 +793,23 @@ class _Rules:
         return values, indices
 
     @staticmethod
+    def aminmax_checker(a: Any, /, *, dim: Any = None, keepdim: bool = False) -> bool:
+        """``torch.aminmax``, which thunder registers automatically and then cannot differentiate (its automatic
+        registration asks torch's autograd for a derivative at trace time: ``derivative for aten::aminmax is not
+        implemented``); eager runs the forward, its outputs require grad, and the backward raises."""
+        return (_float(a) and isinstance(keepdim, bool)
+                and (dim is None or (isinstance(dim, int) and not isinstance(dim, bool))))
+
+    def aminmax_execute(self, a, /, *, dim=None, keepdim=False):
+        return self.k.aminmax(a, dim, keepdim)
+
+    def aminmax_grad(self, a, /, *, dim=None, keepdim=False):
+        low, high = self.k.aminmax(a, dim, keepdim)
+        if requires_grad(a) is not False:
+            put_grad(a, self.k.aminmax_backward(get_grad(low), get_grad(high), a))
+        return low, high
+
+    @staticmethod
     def logsumexp_checker(a: Any, /, dim: Any, keepdim: bool = False) -> bool:
         """Also a 0-dim ``a`` with ``dim`` 0 or -1, which torch accepts (thunder's decomposition did not)."""
         if not (_float(a) and isinstance(keepdim, bool)):
@@ -1051,6 +1075,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.amax: ("reduction_checker", "amax_execute", "amax_grad"),
     ltorch.amin: ("reduction_checker", "amin_execute", "amin_grad"),
     ltorch.torch_max: ("max_checker", "max_execute", "max_grad"),
+    ltorch.aminmax: ("aminmax_checker", "aminmax_execute", "aminmax_grad"),
     ltorch.normalize: ("normalize_checker", "normalize_execute", "normalize_grad"),
     ltorch.logsumexp: ("logsumexp_checker", "logsumexp_execute", "logsumexp_grad"),
     ltorch.flip: ("flip_checker", "flip_execute", "flip_grad"),
