@@ -972,7 +972,7 @@ class _Rules:
         implemented`` when the backward reaches it), where ``div(rounding_mode="floor")``'s is zeros."""
         out = self.floor_divide_execute(a, b)
         for t in (a, b):
-            if isinstance(t, TensorProxy):
+            if isinstance(t, TensorProxy) and requires_grad(t) is not False:  # as ``2 % x``'s
                 put_grad(t, self.k.floor_divide_backward(get_grad(out), t))
         return out
 
