@@ -976,6 +976,38 @@ class _Rules:
                 put_grad(t, self.k.floor_divide_backward(get_grad(out), t))
         return out
 
+    # hstack, vstack, dstack, column_stack, row_stack: thunder's automatic registration differentiates none of a
+    # list argument's tensors (the result did not require grad, silently) --------------------------------------
+
+    @staticmethod
+    def stack_checker(tensors: Any, /) -> bool:
+        return (isinstance(tensors, (list, tuple)) and len(tensors) > 0 and all(_float(t) for t in tensors)
+                and len({t.dtype for t in tensors}) == 1)
+
+    def hstack_execute(self, tensors, /):
+        return _stacked(tensors, _STACKS["hstack"])[0]
+
+    def hstack_grad(self, tensors, /):
+        return _stacked_grad(tensors, _STACKS["hstack"])
+
+    def vstack_execute(self, tensors, /):
+        return _stacked(tensors, _STACKS["vstack"])[0]
+
+    def vstack_grad(self, tensors, /):
+        return _stacked_grad(tensors, _STACKS["vstack"])
+
+    def dstack_execute(self, tensors, /):
+        return _stacked(tensors, _STACKS["dstack"])[0]
+
+    def dstack_grad(self, tensors, /):
+        return _stacked_grad(tensors, _STACKS["dstack"])
+
+    def column_stack_execute(self, tensors, /):
+        return _stacked(tensors, _STACKS["column_stack"])[0]
+
+    def column_stack_grad(self, tensors, /):
+        return _stacked_grad(tensors, _STACKS["column_stack"])
+
     @staticmethod
     def prod_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
         """``torch.prod(x)`` and ``torch.prod(x, dim)`` of a float tensor, without a ``dtype``."""
@@ -1012,6 +1044,60 @@ class _Rules:
         put_grad(a, self.k.zeta_self_backward(get_grad(out), a))  # eager: not implemented for ``self``
         put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
         return out
+
+
+def _at_least(ndim: int, last: bool = False) -> Callable[[TensorProxy], tuple[int, ...]]:
+    """The shape ``atleast_{ndim}d`` gives a tensor (``last``: ``dstack``'s 2-D tensors get a trailing dim)."""
+
+    def shape(t: TensorProxy) -> tuple[int, ...]:
+        found = tuple(t.shape)
+        if len(found) >= ndim:
+            return found
+        if len(found) == 0:
+            return (1,) * ndim
+        if len(found) == 1:
+            return (1, found[0], 1)[:ndim] if ndim > 1 else found
+        return (*found, 1)
+
+    return shape
+
+
+def _column(t: TensorProxy) -> tuple[int, ...]:
+    """``column_stack``: a 0-dim or 1-D tensor as a column, others as they are."""
+    return tuple(t.shape) if t.ndim > 1 else (t.numel, 1)
+
+
+#: eager's composite for each (ATen ``hstack``, ``vstack``, ``dstack``, ``column_stack``): the shape each tensor
+#: is reshaped to, and the dim ``cat`` joins them on (``None``: ``hstack``'s, 0 for 1-D tensors, else 1)
+_STACKS: dict[str, tuple[Callable[[TensorProxy], tuple[int, ...]], int | None]] = {
+    "hstack": (_at_least(1), None),
+    "vstack": (_at_least(2), 0),
+    "dstack": (_at_least(3), 2),
+    "column_stack": (_column, 1),
+}
+
+
+def _stacked(tensors: Sequence[TensorProxy], how: tuple) -> tuple[TensorProxy, list[tuple[int, ...]], int]:
+    """``cat`` of the reshaped tensors, as eager's composite computes it (the same values: a copy), with the
+    reshaped shapes and the dim."""
+    shape_of, dim = how
+    shapes = [shape_of(t) for t in tensors]
+    if dim is None:
+        dim = 0 if len(shapes[0]) == 1 else 1
+    parts = [t if tuple(t.shape) == shape else ltorch.reshape(t, shape) for t, shape in zip(tensors, shapes)]
+    return ltorch.cat(parts, dim), shapes, dim
+
+
+def _stacked_grad(tensors: Sequence[TensorProxy], how: tuple) -> TensorProxy:
+    """``cat``'s gradient (each tensor's slice of the cotangent, ``narrow``), reshaped back as the reshape's."""
+    out, shapes, dim = _stacked(tensors, how)
+    g = get_grad(out)
+    start = 0
+    for t, shape in zip(tensors, shapes):
+        piece = ltorch.narrow(g, dim, start, shape[dim])
+        put_grad(t, piece if tuple(t.shape) == shape else ltorch.reshape(piece, tuple(t.shape)))
+        start += shape[dim]
+    return out
 
 
 def _float_operands(a: Any, b: Any) -> bool:
@@ -1085,6 +1171,11 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.round: ("unary_checker", "round_execute", "round_grad"),
     ltorch.trunc: ("unary_checker", "trunc_execute", "trunc_grad"),
     ltorch.div: ("div_checker", "div_execute", "div_grad"),
+    ltorch.hstack: ("stack_checker", "hstack_execute", "hstack_grad"),
+    ltorch.vstack: ("stack_checker", "vstack_execute", "vstack_grad"),
+    ltorch.row_stack: ("stack_checker", "vstack_execute", "vstack_grad"),
+    ltorch.dstack: ("stack_checker", "dstack_execute", "dstack_grad"),
+    ltorch.column_stack: ("stack_checker", "column_stack_execute", "column_stack_grad"),
     ltorch.floor_divide: ("floor_divide_checker", "floor_divide_execute", "floor_divide_grad"),
     ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
     ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
