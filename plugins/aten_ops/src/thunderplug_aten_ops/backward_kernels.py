@@ -198,6 +198,11 @@ def _zeta_backward(grad, a, b):
     return _as_input(grad * -a * torch.special.zeta(a + 1.0, b), b)
 
 
+def _zeta_self_scalar_backward(grad, a, b):
+    """``special_zeta.self_scalar``'s rule for ``other``: ``grad * -self * special_zeta(self + 1., other)``."""
+    return _as_input(grad * -a * torch.special.zeta(a + 1.0, b), b)
+
+
 def _not_implemented(op: str) -> Callable[..., Any]:
     """Eager's ``not_implemented(op)`` derivative: the forward runs, the backward raises as eager's does."""
 
@@ -463,7 +468,11 @@ class _Kernels:
         self.zeta = op("zeta", aten.special_zeta.default)
         self.zeta_backward = formula("zeta_backward", _zeta_backward, (2,))
         self.zeta_self_backward = formula("zeta_self_backward", _not_implemented("zeta"))
+        self.zeta_other_scalar = op("zeta_other_scalar", aten.special_zeta.other_scalar)
+        self.zeta_self_scalar = op("zeta_self_scalar", aten.special_zeta.self_scalar)
+        self.zeta_self_scalar_backward = formula("zeta_self_scalar_backward", _zeta_self_scalar_backward, (2,))
         self.max_dim_backward = formula("max_dim_backward", _max_dim_backward)
+        self.detach = kernel("detach", aten.detach.default)
         self.linear = op("linear", aten.linear.default)
         self.linear_inference = executor.register_operator("linear", like=ltorch.linear, module=torch.nn.functional)
         self.linear_bias_backward = formula("linear_bias_backward", _linear_bias_backward, (2,))
@@ -911,7 +920,8 @@ class _Rules:
     def remainder_grad(self, a, b, /):
         if _is_scalar(a):
             out = self.k.remainder_scalar_tensor(a, b)
-            put_grad(b, self.k.remainder_scalar_tensor_backward(get_grad(out), b))
+            if _needing_grad(b):  # eager's backward never reaches the node of ``2 % x.detach()``
+                put_grad(b, self.k.remainder_scalar_tensor_backward(get_grad(out), b))
             return out
         if isinstance(b, TensorProxy):
             out = self.k.remainder_tensor(a, b)
@@ -1009,6 +1019,20 @@ class _Rules:
         return _stacked_grad(tensors, _STACKS["column_stack"])
 
     @staticmethod
+    def detach_checker(a: Any, /) -> bool:
+        return _float(a)
+
+    def detach_execute(self, a, /):
+        return self.k.detach(a)
+
+    def detach_grad(self, a, /):
+        """No gradient for ``a`` (thunder registers ``torch.detach`` automatically, and differentiates it with
+        torch's ``vjp``: zeros, for which it kept ``a`` and computed the cotangent ``x * w.detach()`` sends ``w``;
+        ``w``'s gradient was then zeros where eager's is ``None``, and a rule that raises, as eager's node for an
+        op without a derivative does, raised where eager's backward never reaches the node)."""
+        return self.k.detach(a)
+
+    @staticmethod
     def prod_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
         """``torch.prod(x)`` and ``torch.prod(x, dim)`` of a float tensor, without a ``dtype``."""
         if not (_float(a) and dtype is None and isinstance(keepdim, bool)):
@@ -1028,7 +1052,7 @@ class _Rules:
 
     def nextafter_grad(self, a, b, /):
         out = self.k.nextafter(a, b)
-        for t in (a, b):  # eager raises in the backward, when one of these gradients is computed
+        for t in _needing_grad(a, b):  # eager raises in the backward, when one of these gradients is computed
             put_grad(t, self.k.nextafter_backward(get_grad(out), t))
         return out
 
@@ -1036,13 +1060,27 @@ class _Rules:
     def same_float_checker(a: Any, b: Any, /) -> bool:
         return _float(a) and _float(b) and a.dtype == b.dtype
 
+    @staticmethod
+    def zeta_checker(a: Any, b: Any, /) -> bool:
+        """Two float tensors of one dtype, or a float tensor and a number (``special_zeta.other_scalar`` /
+        ``self_scalar``; thunder's own rule failed on the number: ``'float' object has no attribute 'device'``)."""
+        if _is_scalar(a):
+            return _float(b)
+        return _float(a) and ((_float(b) and b.dtype == a.dtype) or _is_scalar(b))
+
     def zeta_execute(self, a, b, /):
-        return self.k.zeta(a, b)
+        if _is_scalar(a):
+            return self.k.zeta_self_scalar(a, b)
+        return self.k.zeta_other_scalar(a, b) if _is_scalar(b) else self.k.zeta(a, b)
 
     def zeta_grad(self, a, b, /):
-        out = self.k.zeta(a, b)
-        put_grad(a, self.k.zeta_self_backward(get_grad(out), a))  # eager: not implemented for ``self``
-        put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
+        out = self.zeta_execute(a, b)
+        if _needing_grad(a):  # eager: not implemented for ``self``, raised when the backward reaches it
+            put_grad(a, self.k.zeta_self_backward(get_grad(out), a))
+        if _is_scalar(a):
+            put_grad(b, self.k.zeta_self_scalar_backward(get_grad(out), a, b))
+        elif not _is_scalar(b):
+            put_grad(b, self.k.zeta_backward(get_grad(out), a, b))
         return out
 
 
@@ -1109,6 +1147,13 @@ def _float_operands(a: Any, b: Any) -> bool:
 
 def _is_scalar(a: Any) -> bool:
     return isinstance(a, Number) and not isinstance(a, (bool, complex))
+
+
+def _needing_grad(*args: Any) -> tuple[TensorProxy, ...]:
+    """The tensors among ``args`` whose gradient eager's backward computes: those that require grad, not
+    ``x.detach()`` (thunder's autodiff asks each op's rule for every tensor argument's gradient, and a rule that
+    raises, as eager's node for an op without a derivative does, raised where eager's backward never reaches it)."""
+    return tuple(a for a in args if isinstance(a, TensorProxy) and requires_grad(a) is not False)
 
 
 def _flip_dims(dims: tuple) -> tuple:
@@ -1178,8 +1223,9 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.column_stack: ("stack_checker", "column_stack_execute", "column_stack_grad"),
     ltorch.floor_divide: ("floor_divide_checker", "floor_divide_execute", "floor_divide_grad"),
     ltorch.nextafter: ("same_float_checker", "nextafter_execute", "nextafter_grad"),
-    ltorch.zeta: ("same_float_checker", "zeta_execute", "zeta_grad"),
+    ltorch.zeta: ("zeta_checker", "zeta_execute", "zeta_grad"),
     ltorch.linear: ("linear_checker", "linear_execute", "linear_grad"),
+    ltorch.detach: ("detach_checker", "detach_execute", "detach_grad"),
 }
 
 
