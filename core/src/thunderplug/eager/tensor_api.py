@@ -31,9 +31,9 @@ from typing import Any
 
 import thunder.torch as ltorch
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
 from thunder.core.proxies import Proxy, TensorProxy
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from thunderplug.thunder_compat import torch_to_thunder_function_map
 from thunderplug.tracing.aten import DataDependentShapeError, data_dependent
@@ -251,7 +251,8 @@ def as_data_dependent(symbol: Any, error: NotImplementedError) -> DataDependentS
 
 
 #: torch functions thunder 0.2.6 has no symbol for, whose result's shape depends on values: what ``torch.unique``
-#: and ``Tensor.unique`` call (``unique_dim`` with ``dim``; thunder: ``Trying to call function torch._unique2, but it is not yet supported``)
+#: and ``Tensor.unique`` call (``unique_dim`` with ``dim``; thunder: ``Trying to call function torch._unique2, but
+#: it is not yet supported``)
 UNSUPPORTED_DATA_DEPENDENT = (torch._unique2, torch._unique, torch._C._VariableFunctions.unique_dim)
 
 

@@ -652,8 +652,8 @@ PATCHES: tuple[Patch, ...] = (
     ),
     *(
         Patch(
-            f"torch.{fn.__name__} lookaside", _LOOKASIDES, fn, lambda original, fn=fn: tensor_api.data_dependent_call(fn),
-            "discover() compilations",
+            f"torch.{fn.__name__} lookaside", _LOOKASIDES, fn,
+            lambda original, fn=fn: tensor_api.data_dependent_call(fn), "discover() compilations",
             f"thunder has no symbol for `torch.{fn.__name__}` (what `torch.unique` calls; `Trying to call function "
             "..., but it is not yet supported`): its result's shape depends on values, so it raises the "
             "`DataDependentShapeError` at which \"graph breaks at data-dependent ops\" breaks the graph.",
