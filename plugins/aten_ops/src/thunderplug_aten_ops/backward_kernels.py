@@ -32,6 +32,11 @@ layout-dependent backward (:mod:`thunderplug_aten_ops.grouped_mm`); and ``linear
 contiguous batched ``linear`` as one ``addmm``), where thunder summed the gradient as it arrived (a key
 bias's gradient, zero but for rounding, differed: DeBERTa-v2).
 
+More ops thunder rounds otherwise than eager (``erfinv``, ``erfc``, ``addcmul``, ``addcdiv``, ``var``/``std``/
+``var_mean``, ``repeat``, ``mse_loss``, ``rms_norm``, ``group_norm``, bilinear and nearest-exact ``interpolate``,
+``number / x``) run as the torch function itself and eager's autograd through it
+(:mod:`thunderplug_aten_ops.composites`).
+
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
 exclude=["eager_backward_kernels"])`` turns the executor off.
@@ -39,6 +44,7 @@ exclude=["eager_backward_kernels"])`` turns the executor off.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from numbers import Number
 from typing import Any
@@ -51,7 +57,7 @@ from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
-from thunderplug_aten_ops import grouped_mm
+from thunderplug_aten_ops import composites, grouped_mm
 from thunderplug_aten_ops.eager_kernels import _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"
@@ -124,6 +130,16 @@ def _pow_tensor_backward(grad, a, exponent, result):
     at_zero = torch.logical_and(a == 0, exponent >= 0)
     grad_exponent = grad * torch.where(at_zero, zero, result * a.to(torch.result_type(a, exponent)).log())
     return _as_input(grad_a, a), _as_input(grad_exponent, exponent)
+
+
+def _pow_scalar_base_backward(grad, base, exponent, result):
+    """``pow.Scalar`` (``2 ** x``): ``pow_backward_exponent`` for a number base, ``grad * (result * log(base))``,
+    zeros where the base is 0 and the exponent ``>= 0``."""
+    log = math.log(base) if base > 0 else -math.inf if base == 0 else math.nan  # ``std::log`` of the number
+    if base == 0:
+        zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        return grad * torch.where(exponent >= 0, zero, result * log)
+    return grad * (result * log)
 
 
 def _maximum_backward(grad, a, b, smaller_is_kept: bool):
@@ -419,6 +435,8 @@ class _Kernels:
         self.pow_scalar_backward = formula("pow_scalar_backward", _pow_scalar_backward)
         self.pow_tensor = op("pow_tensor_tensor", aten.pow.Tensor_Tensor)
         self.pow_tensor_backward = formula("pow_tensor_backward", _pow_tensor_backward, (1, 2))
+        self.pow_scalar_base = op("pow_scalar_base", aten.pow.Scalar)
+        self.pow_scalar_base_backward = formula("pow_scalar_base_backward", _pow_scalar_base_backward, (2,))
         self.maximum = op("maximum", aten.maximum.default)
         self.minimum = op("minimum", aten.minimum.default)
         self.maximum_backward = formula("maximum_backward", _maximum_backward, (1, 2))
@@ -601,6 +619,8 @@ class _Rules:
 
     @staticmethod
     def pow_checker(a: Any, b: Any, /) -> bool:
+        if _is_scalar(a):  # ``2 ** x``: eager's ``pow.Scalar``
+            return _float(b)
         if not _float(a):
             return False
         if isinstance(b, TensorProxy):  # a float exponent of a's dtype: no promotion of `a`
@@ -608,9 +628,15 @@ class _Rules:
         return isinstance(b, Number) and not isinstance(b, (bool, complex))
 
     def pow_execute(self, a, b, /):
+        if _is_scalar(a):
+            return self.k.pow_scalar_base(a, b)
         return self.k.pow_tensor(a, b) if isinstance(b, TensorProxy) else self.k.pow_scalar(a, b)
 
     def pow_grad(self, a, b, /):
+        if _is_scalar(a):
+            out = self.k.pow_scalar_base(a, b)
+            put_grad(b, self.k.pow_scalar_base_backward(get_grad(out), a, b, out))
+            return out
         if isinstance(b, TensorProxy):
             out = self.k.pow_tensor(a, b)
             ga, gb = self.k.pow_tensor_backward(get_grad(out), a, b, out)
@@ -1262,7 +1288,7 @@ _ATEN_RULES: dict[str, tuple[str, str, str]] = {
 
 def claimed_symbols() -> tuple[Any, ...]:
     """The ltorch symbols and ATen symbol ids this executor may take (documentation and tests)."""
-    return (*_ACTIVATIONS, *_RULES, *_ATEN_ACTIVATIONS, *_ATEN_RULES)
+    return (*_ACTIVATIONS, *_RULES, *_ATEN_ACTIVATIONS, *_ATEN_RULES, *composites.COMPOSITES)
 
 
 def build_executor() -> OperatorExecutor:
@@ -1282,4 +1308,5 @@ def build_executor() -> OperatorExecutor:
         checker, execute, grad = (getattr(rules, name) for name in names)
         executor.register_implementation(symbol, checker=checker, execution_transform=execute, grad_transform=grad)
     grouped_mm.register(executor)
+    composites.register(executor)
     return executor
