@@ -476,6 +476,8 @@ class _Kernels:
         self.floor_divide_scalar = op("floor_divide_scalar", aten.floor_divide.Scalar)
         self.floor_divide_backward = formula(
             "floor_divide_backward", _derivative_not_implemented("aten::floor_divide"))
+        self.heaviside = op("heaviside", aten.heaviside.default)
+        self.heaviside_backward = formula("heaviside_backward", _derivative_not_implemented("aten::heaviside"))
         self.prod = op("prod", aten.prod.default)
         self.prod_dim = op("prod_dim", aten.prod.dim_int)
         self.prod_backward = formula("prod_backward", _prod_backward)
@@ -1058,6 +1060,19 @@ class _Rules:
         op without a derivative does, raised where eager's backward never reaches the node)."""
         return self.k.detach(a)
 
+    def heaviside_execute(self, a, b, /):
+        return self.k.heaviside(a, b)
+
+    def heaviside_grad(self, a, b, /):
+        """``torch.heaviside``: eager's result requires grad and its backward raises (``derivative for
+        aten::heaviside is not implemented``); thunder's automatic registration asked torch for the derivative at
+        trace time and failed there."""
+        out = self.k.heaviside(a, b)
+        for t in (a, b):
+            if requires_grad(t) is not False:
+                put_grad(t, self.k.heaviside_backward(get_grad(out), t))
+        return out
+
     @staticmethod
     def prod_checker(a: Any, /, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> bool:
         """``torch.prod(x)`` and ``torch.prod(x, dim)`` of a float tensor, without a ``dtype``."""
@@ -1239,6 +1254,7 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.lerp: ("lerp_checker", "lerp_execute", "lerp_grad"),
     ltorch.remainder: ("remainder_checker", "remainder_execute", "remainder_grad"),
     ltorch.prod: ("prod_checker", "prod_execute", "prod_grad"),
+    ltorch.heaviside: ("same_float_checker", "heaviside_execute", "heaviside_grad"),
     ltorch.round: ("unary_checker", "round_execute", "round_grad"),
     ltorch.trunc: ("unary_checker", "trunc_execute", "trunc_grad"),
     ltorch.div: ("div_checker", "div_execute", "div_grad"),

@@ -10,8 +10,8 @@ How: the forward is one operator calling the torch function on the real tensors 
 on meta tensors); the backward is one operator running the function again under grad on detached copies of the
 inputs and asking eager's own engine for the gradients (``torch.autograd.grad``), as the ``normalize`` rule does:
 eager's very ops and derivative formulas, on the layouts the real tensors have, at the price of running the
-forward twice. Gradients are asked for the inputs that require grad; one eager leaves undefined for an input the
-function reads (none of these ops) would be zeros.
+forward twice. Gradients are asked for the inputs that require grad (eager refuses some: ``soft_margin_loss``'s
+target); one eager leaves undefined for an input the function reads (none of these ops) would be zeros.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
+from thunderplug.thunder_compat import torch_to_thunder_function_map
 from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops.eager_kernels import _float, _proxy_like, _to_meta
 
@@ -54,6 +55,12 @@ def _number_first(a, b) -> bool:
 def _rtruediv(a, b):
     """``number / x``: eager's ``Tensor.__rtruediv__``, ``x.reciprocal() * number`` (thunder: ``true_divide``)."""
     return b.reciprocal() * a
+
+
+def _symbol(fn: Callable[..., Any]) -> Any:
+    """The symbol thunder's interpreter calls for ``fn`` (``thunder.torch``'s attribute of the name can be another:
+    ``binary_cross_entropy_with_logits``)."""
+    return torch_to_thunder_function_map()[fn]
 
 
 def _addcmul(a, b, c, *, value=None):
@@ -83,6 +90,10 @@ COMPOSITES: dict[Any, tuple[Callable[..., Any], Callable[..., bool], bool]] = {
     ltorch.group_norm: (F.group_norm, _always, False),  # the value: 2.4e-7 (native_group_norm)
     ltorch.interpolate: (F.interpolate, _interpolate_modes, False),  # bilinear's value 1.8e-7, nearest-exact's grad
     ltorch.true_divide: (_rtruediv, _number_first, False),  # ``2 / x``: the value and the gradient, 6e-8
+    # thunder's automatic registrations: asked torch for a gradient for the target too, which eager refuses
+    # (``soft_margin_loss``), or refused a float keyword argument (``pos_weight``) or a float ``weight``
+    **{_symbol(fn): (fn, _always, True) for fn in (F.soft_margin_loss, F.binary_cross_entropy,
+                                                    F.binary_cross_entropy_with_logits)},
 }
 
 
