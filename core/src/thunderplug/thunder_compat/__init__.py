@@ -30,6 +30,14 @@ def inplace_to_out_of_place() -> dict[Any, tuple[Any, int]]:
     return _inplace_to_out_of_place
 
 
+def torch_property_map() -> dict[str, Callable[..., Any]]:
+    """thunder.torch's tensor properties (name -> function of the tensor), which ``TensorProxy.__getattr__``
+    consults for a name that is no method (``data`` is not among them)."""
+    from thunder.torch.langctx import _property_name_to_fn_map
+
+    return _property_name_to_fn_map
+
+
 def syms_that_may_return_views() -> set[Any]:
     """The symbols thunder's alias updates treat as possibly returning a view of their first input."""
     from thunder.torch import _syms_that_may_return_views

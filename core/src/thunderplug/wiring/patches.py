@@ -41,6 +41,7 @@ from thunderplug.eager import (
     inplace_grads,
     output_grads,
     tensor_api,
+    tensor_data,
     type_promotion,
 )
 from thunderplug.subclass import distributed, interception
@@ -53,6 +54,7 @@ from thunderplug.thunder_compat import (
     general_jit_lookaside_map,
     interpret_call,
     runs_called_function_itself,
+    torch_property_map,
 )
 from thunderplug.tracing import aten
 from thunderplug.wiring import fixes, graph_breaks, sharing, speedups, thunderfx
@@ -825,6 +827,23 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "TensorProxy.data", torch_property_map(), "data",
+        lambda original: tensor_data.data_property(_compiling_with_core), "discover() compilations",
+        "`t.data` failed (`AttributeError: Unknown attribute data`): it is `t.detach()`, as in eager (the same values, "
+        "no gradient through it).",
+        features=("eager.tensor_data",),
+    ),
+    Patch(
+        "in-place updates through .data", thunder, "insert_alias_updates",
+        lambda original: tensor_data.updates_through_data(original, _compiling_with_core), "discover() compilations",
+        "an in-place update through `.data` (`self.gain.data.mul_(0.9)`) changes the tensor without autograd seeing "
+        "it: before thunder's alias updates it is written as the same update of the tensor under `no_grad`, which "
+        "`grad_transform_on_trace` (eager.inplace_grads) makes exact; refused with `NotImplementedError` naming "
+        "`.data`, the op and the user's line where something read the tensor before the update (eager's backward "
+        "would read the updated values) or the update goes through a view of `.data`.",
+        features=("eager.tensor_data",),
+    ),
+    Patch(
         "zeros of no dims", torchex.ex.implmap, ltorch.zeros.id,
         lambda original: fixes.zeros_of_no_dims(original, _compiling_with_core), "discover() compilations",
         "thunder bug: the gradient autodiff gives a 0-dim value no gradient reached is `ltorch.zeros()`, which the "
@@ -933,6 +952,7 @@ _TABLE_NAMES = {
     id(default_opcode_handler_map()): "thunder.core.default_opcode_handler_map()",
     id(backward_impls): "thunder.core.transforms.backward_impls",
     id(torchex.ex.implmap): "thunder.executors.torchex.ex.implmap",
+    id(torch_property_map()): "thunder.torch.langctx._property_name_to_fn_map",
 }
 
 
