@@ -57,7 +57,7 @@ from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
-from thunderplug_aten_ops import composites, grouped_mm
+from thunderplug_aten_ops import composites, grouped_mm, scalar_operands
 from thunderplug_aten_ops.eager_kernels import _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"
@@ -1325,4 +1325,5 @@ def build_executor() -> OperatorExecutor:
         executor.register_implementation(symbol, checker=checker, execution_transform=execute, grad_transform=grad)
     grouped_mm.register(executor)
     composites.register(executor)
+    scalar_operands.register(executor)  # last: in front of the rules above for its symbols
     return executor
