@@ -3,7 +3,8 @@ gradients bit for bit with eager on CPU, with and without grad (``thunderplug_at
 
 Under grad thunder computed ``x + 0.7`` in float32 (eager's CPU kernel casts 0.7 to the tensor's dtype first),
 summed a 0-dim float32 operand's gradient in float32 (eager: ``grad * other`` in the result's dtype, summed, then
-cast), and failed on ``torch.lerp(x, y, s32)``; without grad ``0.7 * x`` and ``0.7 / x`` ran other kernels.
+cast), and failed on ``torch.lerp(x, y, s32)``; without grad ``0.7 * x`` and ``0.7 / x`` ran other kernels. The
+gradients of ``div``, ``atan2`` and ``fmod`` differed with two dimensioned operands too.
 
 The sweep: each op of :data:`OPS` x (float16, bfloat16) x each operand of :data:`OPERANDS` x (without grad, with
 grad: ``x`` and ``y`` require grad, and the operands marked so).
@@ -125,6 +126,26 @@ def test_matches_eager(executors, op, dtype, kind, grad):
     _assert_bitwise(found, expected, "value")
     assert len(found_grads) == len(expected_grads)
     for i, (f, e) in enumerate(zip(found_grads, expected_grads)):
+        _assert_bitwise(f, e, f"gradient {i}")
+
+
+#: ops whose gradients differed in float16/bfloat16 with two dimensioned operands too (and two that did not)
+PAIRS = ["div", "rdiv", "true_divide", "div_floor", "atan2", "fmod", "add", "mul"]
+
+
+@pytest.mark.parametrize("shape", [(64, 33), (1, 33)], ids=["same_shape", "broadcast"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("op", PAIRS)
+def test_dimensioned_operands_match_eager(executors, op, dtype, shape):
+    """``x / y``'s gradient for ``y``, ``atan2``'s for both, ``fmod``'s for ``other``: eager's, bit for bit."""
+    fn, _ = OPS[op]
+    generator = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(64, 33, generator=generator).to(dtype).requires_grad_() for _ in range(2))
+    o = torch.randn(shape, generator=generator).to(dtype).requires_grad_()
+    expected, expected_grads = _run(fn, x, y, o)
+    found, found_grads = _run(thunder.jit(fn, executors=executors), x, y, o)
+    _assert_bitwise(found, expected, "value")
+    for i, (f, e) in enumerate(zip(found_grads, expected_grads, strict=True)):
         _assert_bitwise(f, e, f"gradient {i}")
 
 

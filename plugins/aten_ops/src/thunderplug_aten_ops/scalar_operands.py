@@ -20,8 +20,11 @@ torch function on the real tensors (eager's kernel, whatever the device), with a
 reflected form (:data:`CALLS`); its backward is one operator running the call again under grad on detached
 copies of the inputs that require grad and asking eager's own engine for their gradients (``derivatives.yaml``'s
 formulas in eager's dtypes, ``sum_to_size``, the cast to the input's dtype), as ``normalize``'s and the math
-SDPA's rules do. The number-first ``mul``/``true_divide`` forms are taken without grad too. float32 and float64
-programs are left as they were (bit-identical, and fusable).
+SDPA's rules do. The number-first ``mul``/``true_divide`` forms are taken without grad too. ``div``,
+``true_divide``, ``atan2`` and ``fmod`` are taken under grad whatever their float16/bfloat16 operands, dimensioned
+ones too: their gradients' formulas round op by op in eager (``x / y``'s for ``y`` is ``-grad * ((x / y) / y)`` in
+float16), thunder's in float32 once (:data:`_ANY_OPERANDS`). float32 and float64 programs are left as they were
+(bit-identical, and fusable).
 
 A rule the executor already has for a symbol (``pow``, ``mul``, ``div``, ``remainder``, ``lerp``) is kept for the
 calls this one declines (:func:`register`).
@@ -115,6 +118,11 @@ CALLS: dict[Any, tuple[Callable[..., Any], Callable[..., bool], tuple[int, ...]]
 #: symbols whose number-first form the ``torch`` executor runs otherwise than eager, with or without grad
 _NUMBER_FIRST = (ltorch.mul, ltorch.true_divide, ltorch.div)
 
+#: symbols whose gradients differ from eager's in float16/bfloat16 whatever the operands, dimensioned ones too:
+#: thunder computes the formula in float32 and rounds once, eager op by op in the result's dtype (``x / y``'s
+#: gradient for ``y``, ``-grad * ((x / y) / y)``; ``atan2``'s for both; ``fmod``'s for ``other``)
+_ANY_OPERANDS = (ltorch.true_divide, ltorch.div, ltorch.atan2, ltorch.fmod)
+
 
 class _Call:
     """One symbol's arguments as a flat tuple in its signature's order (defaults filled in)."""
@@ -128,9 +136,9 @@ class _Call:
         return tuple(bound.arguments.values())
 
 
-def _half_with_scalar(operands: list[Any]) -> bool:
-    """Plain float tensors whose dimensioned ones are one float16/bfloat16 dtype, beside a number (a non-default
-    ``alpha`` too) or a 0-dim tensor."""
+def _half_operands(operands: list[Any], scalar: bool) -> bool:
+    """Plain float tensors whose dimensioned ones are one float16/bfloat16 dtype, and numbers; with ``scalar``, a
+    number (a non-default ``alpha`` too) or a 0-dim tensor among them."""
     tensors = [a for a in operands if isinstance(a, TensorProxy)]
     if not tensors or not all(_float(t) for t in tensors) or not all(
             _is_number(a) for a in operands if not isinstance(a, TensorProxy)):
@@ -138,7 +146,7 @@ def _half_with_scalar(operands: list[Any]) -> bool:
     dimensioned = {dtypes.to_strong_dtype(t.dtype) for t in tensors if t.ndim}
     if len(dimensioned) != 1 or next(iter(dimensioned)) not in _HALF:
         return False
-    return any(not isinstance(a, TensorProxy) or a.ndim == 0 for a in operands)
+    return not scalar or any(not isinstance(a, TensorProxy) or a.ndim == 0 for a in operands)
 
 
 def _operators(executor: OperatorExecutor, name: str, fn: Callable[..., Any]) -> tuple[Any, Any]:
@@ -185,7 +193,7 @@ def _rule(symbol: Any, previous: ImplInfo | None, executor: OperatorExecutor) ->
         operands = [flat[i] for i in operand_positions if i < len(flat)]
         if symbol in (ltorch.add, ltorch.sub) and _is_number(flat[2]) and flat[2] == 1:
             operands = operands[:2]  # the default alpha is no operand
-        if not (_half_with_scalar(operands) and accepts(*flat)):
+        if not (_half_operands(operands, symbol not in _ANY_OPERANDS) and accepts(*flat)):
             return None
         tensors = [a for a in operands if isinstance(a, TensorProxy)]
         if any(requires_grad(t) for t in tensors):
