@@ -33,6 +33,10 @@ def _unit(x):  # in (0, 1)
     return x.sigmoid() * 0.9 + 0.05
 
 
+def _ties(x):  # x rounded (ties and zeros), differentiable as x
+    return x.detach().round() + (x - x.detach())
+
+
 def _idx(*shape, high, seed=7):
     return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed))
 
@@ -402,6 +406,58 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "clamp_tensor_method": (lambda x, y: x.clamp(max=y), [S, S]),
     "addbmm": (lambda x, a, b: torch.addbmm(x, a, b), [S, (2, 3, 5), (2, 5, 4)]),
     "chain_matmul": (lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(2, 3), (3, 4), (4, 2)]),
+    # edge values (zeros, ties, infinities) and more forms
+    "norm_at_zero": (lambda x: torch.norm(x - x), [S]),
+    "vector_norm_inf_ties": (lambda x: torch.linalg.vector_norm(_ties(x), float("inf"), dim=1), [S]),
+    "dist_same": (lambda x: torch.dist(x, x.detach()), [S]),
+    "cdist_same": (lambda x: torch.cdist(x, x), [S]),
+    "cosine_similarity_zero": (lambda x: F.cosine_similarity(x * 0, x), [S]),
+    "amax_ties": (lambda x: _ties(x).amax(1), [S]),
+    "max_ties": (lambda x: _ties(x).max(), [S]),
+    "median_ties": (lambda x: _ties(x).median(), [S]),
+    "sort_ties": (lambda x: _ties(x).sort(1).values, [S]),
+    "maximum_ties": (lambda x, y: torch.maximum(_ties(x), _ties(y)), [S, S]),
+    "clamp_at_bounds": (lambda x: _ties(x).clamp(-1, 1), [S]),
+    "relu_at_zero": (lambda x: F.relu(_ties(x)), [S]),
+    "l1_loss_at_zero": (lambda x: F.l1_loss(_ties(x), _ties(x).detach()), [S]),
+    "huber_at_delta": (lambda x: F.huber_loss(_ties(x), torch.zeros(3, 4), delta=1.0), [S]),
+    "pow_zero_half": (lambda x: torch.pow(x * 0, 0.5), [S]),
+    "pow_tensor_zero": (lambda x, y: torch.pow(x * 0, y), [S, S]),
+    "log_softmax_inf": (lambda x: F.log_softmax(x.masked_fill(_MASK, float("-inf")), 1), [S]),
+    "logsumexp_inf": (lambda x: torch.logsumexp(x.masked_fill(_MASK, float("-inf")), 1), [S]),
+    "xlogy_zero": (lambda x, y: torch.xlogy(x * 0, y.abs()), [S, S]),
+    "var_constant": (lambda x: (x * 0).var(1), [S]),
+    "std_constant": (lambda x: (x * 0 + 1).std(1), [S]),
+    "normalize_zero": (lambda x: F.normalize(x * 0, dim=1), [S]),
+    "cumprod_zero": (lambda x: (x * (x > 0)).cumprod(1), [S]),
+    "atan2_zero": (lambda x, y: torch.atan2(x * 0, y * 0), [S, S]),
+    "hypot_zero": (lambda x, y: torch.hypot(x * 0, y * 0), [S, S]),
+    "fmax_nan": (lambda x, y: torch.fmax(x.log(), y), [S, S]),
+    "logaddexp_inf": (lambda x, y: torch.logaddexp(x.log(), y.log()), [S, S]),
+    "softplus_big": (lambda x: F.softplus(x * 30), [S]),
+    "nan_to_num_inf": (lambda x: torch.nan_to_num(x / 0, posinf=1.0, neginf=-1.0), [S]),
+    "cross_entropy_ignore": (lambda x: F.cross_entropy(x, torch.tensor([0, -100, 2])), [(3, 4)]),
+    "nll_loss_weight": (
+        lambda x: F.nll_loss(F.log_softmax(x, 1), _I3, weight=torch.tensor([1.0, 2.0, 0.5, 1.0])), [(3, 4)]),
+    "embedding_padding_idx": (lambda w: F.embedding(_I34, w, padding_idx=1), [(4, 3)]),
+    "embedding_bag_per_sample_weights": (
+        lambda w, p: F.embedding_bag(_BAG_IDX, w, _BAG_OFF, mode="sum", per_sample_weights=p), [(5, 3), (6,)]),
+    "cumsum_dtype": (lambda x: x.cumsum(1, dtype=torch.float64), [S]),
+    "softmax_dtype": (lambda x: torch.softmax(x, 1, dtype=torch.float64), [S]),
+    "where_broadcast": (lambda x, y: torch.where(_MASK, x, y), [(1, 4), (3, 1)]),
+    "lgamma_negative": (lambda x: torch.lgamma(-x.abs() - 0.5), [S]),
+    "svdvals": (lambda x: torch.linalg.svdvals(x), [S]),
+    "qr": (lambda x: torch.linalg.qr(x).R, [(4, 3)]),
+    "cholesky": (lambda x: torch.linalg.cholesky(x @ x.mT + _EYE), [(3, 3)]),
+    "solve": (lambda a, b: torch.linalg.solve(a + 3 * _EYE, b), [(3, 3), (3, 2)]),
+    "eigvalsh": (lambda x: torch.linalg.eigvalsh(x + x.mT), [(3, 3)]),
+    "pinv": (lambda x: torch.linalg.pinv(x), [S]),
+    "matrix_exp": (lambda x: torch.linalg.matrix_exp(x), [(3, 3)]),
+    "diff_prepend": (lambda x, y: torch.diff(x, dim=1, prepend=y), [S, (3, 1)]),
+    "diff_append_constant": (lambda x: torch.diff(x, append=_TARGET[:, :1]), [S]),
+    "ctc_loss": (
+        lambda x: F.ctc_loss(F.log_softmax(x, 2), torch.tensor([[1, 2]]), torch.tensor([5]), torch.tensor([2])),
+        [(5, 1, 4)]),
 }
 
 
@@ -488,7 +544,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     **dict.fromkeys(
         ("round_decimals", "tensor_unfold", "index_add", "pad_reflect", "pad_replicate", "pad_circular",
          "pad_reflect_2d", "interpolate_nearest", "interpolate_bilinear_corners", "interpolate_bicubic",
-         "interpolate_linear", "interpolate_area", "avg_pool1d_pad"),
+         "interpolate_linear", "interpolate_area", "avg_pool1d_pad", "nan_to_num_inf"),
         ("LOUD", "KI-10: refused while tracing, with or without grad")),
     **dict.fromkeys(("broadcast_tensors", "meshgrid"),
                     ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),

@@ -4,14 +4,19 @@ executor; found by tests/test_torch_functions_under_grad.py, which lists each on
 
 thunder decomposes these into its own primitives and differentiates the decomposition; eager runs fused kernels
 (``addcmul``, ``native_group_norm``, ``upsample_bilinear2d``) or composites whose backward formulas are written
-otherwise (``var_backward``, ``repeat``'s sum over a reshaped gradient): values or gradients 1-2 ulps off.
+otherwise (``var_backward``, ``repeat``'s sum over a reshaped gradient): values or gradients 1-2 ulps off. Others
+are thunder's automatic registrations, whose backward asks torch for the derivative of every float argument while
+tracing (refused: ``soft_margin_loss``'s target, a float keyword tensor such as ``pos_weight``,
+``per_sample_weights``, ``diff``'s ``prepend``) or whose values differ under grad (``svdvals``, ``eigvalsh``).
 
-How: the forward is one operator calling the torch function on the real tensors (its metadata from the same call
-on meta tensors); the backward is one operator running the function again under grad on detached copies of the
-inputs and asking eager's own engine for the gradients (``torch.autograd.grad``), as the ``normalize`` rule does:
-eager's very ops and derivative formulas, on the layouts the real tensors have, at the price of running the
-forward twice. Gradients are asked for the inputs that require grad (eager refuses some: ``soft_margin_loss``'s
-target); one eager leaves undefined for an input the function reads (none of these ops) would be zeros.
+How: the forward is one operator calling the torch function on the real tensors (its metadata from the same call on
+meta tensors; under grad with the inputs that require grad requiring it, as eager's call: ``svdvals`` and
+``eigvalsh`` then compute the vectors their gradient reads, and different singular values); the backward is one
+operator running the function again under grad on detached copies of the inputs and asking eager's own engine for
+the gradients (``torch.autograd.grad``), as the ``normalize`` rule does: eager's very ops and derivative formulas,
+on the layouts the real tensors have, at the price of running the forward twice. Gradients are asked for the inputs
+that require grad (eager refuses some: ``soft_margin_loss``'s target); one eager leaves undefined for an input the
+function reads (none of these ops) would be zeros.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import thunder.torch as ltorch
 import torch
 import torch.nn.functional as F
+from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
@@ -36,6 +42,24 @@ from thunderplug_aten_ops.eager_kernels import _float, _proxy_like, _to_meta
 
 def _always(*args: Any, **kwargs: Any) -> bool:
     return True
+
+
+def _index(t: TensorProxy) -> bool:
+    """An integer or bool tensor (indices, offsets), which has no gradient."""
+    return type(t) is TensorProxy and (dtypes.is_integer_dtype(t.dtype) or dtypes.is_boolean_dtype(t.dtype))
+
+
+def _diff(input, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff`` (a builtin: the signature its automatic registration's calls are read with)."""
+    return torch.diff(input, n, dim, prepend, append)
+
+
+def _svdvals(A, *, driver=None):
+    return torch.linalg.svdvals(A, driver=driver)
+
+
+def _eigvalsh(A, UPLO="L"):
+    return torch.linalg.eigvalsh(A, UPLO)
 
 
 def _interpolate_modes(a, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -94,6 +118,12 @@ COMPOSITES: dict[Any, tuple[Callable[..., Any], Callable[..., bool], bool]] = {
     # (``soft_margin_loss``), or refused a float keyword argument (``pos_weight``) or a float ``weight``
     **{_symbol(fn): (fn, _always, True) for fn in (F.soft_margin_loss, F.binary_cross_entropy,
                                                     F.binary_cross_entropy_with_logits)},
+    # ... or a float tensor passed by keyword (``per_sample_weights``, ``prepend``/``append``)
+    _symbol(F.embedding_bag): (F.embedding_bag, _always, True),
+    _symbol(torch.diff): (_diff, _always, True),
+    # the automatic registrations' values differ (3.6e-7, 2.4e-7): eager's kernels on the real tensors
+    _symbol(torch.linalg.svdvals): (_svdvals, _always, False),
+    _symbol(torch.linalg.eigvalsh): (_eigvalsh, _always, False),
 }
 
 
@@ -121,7 +151,7 @@ class _Call:
 def _operators(executor: OperatorExecutor, name: str, call: _Call) -> tuple[Any, Any]:
     """The forward and backward operators of one op."""
 
-    def forward_meta(*flat: Any) -> Any:
+    def forward_meta(positions: tuple, *flat: Any) -> Any:
         tensors = [a for a in flat if isinstance(a, TensorProxy)]
         grad = any(t.requires_grad for t in tensors)
         out = call(tuple(_to_meta(a) for a in flat))
@@ -129,8 +159,17 @@ def _operators(executor: OperatorExecutor, name: str, call: _Call) -> tuple[Any,
             return _proxy_like(out, tensors[0].device, grad)
         return tuple(_proxy_like(o, tensors[0].device, grad) for o in out)
 
-    def forward(*flat: Any) -> Any:
-        return call(tuple(to_torch_value(a) for a in flat))
+    def forward(positions: tuple, *flat: Any) -> Any:
+        """The function; with the inputs at ``positions`` requiring grad, as eager's forward under grad (which
+        picks another kernel for some: ``svdvals`` and ``eigvalsh`` compute the vectors their gradient needs)."""
+        flat = [to_torch_value(a) for a in flat]
+        if not positions:
+            return call(tuple(flat))
+        with torch.enable_grad():
+            for i in positions:
+                flat[i] = flat[i].detach().requires_grad_()
+            out = call(tuple(flat))
+        return out.detach() if isinstance(out, torch.Tensor) else tuple(o.detach() for o in out)
 
     def backward_meta(grads: tuple, positions: tuple, *flat: Any) -> Any:
         return tuple(TensorProxy(like=flat[i], requires_grad=False) for i in positions)
@@ -157,18 +196,19 @@ def _rule(call: _Call, condition: Callable[..., bool], grad_only: bool, forward:
         except TypeError:
             return False
         tensors = [a for a in flat if isinstance(a, TensorProxy)]
-        if not (tensors and all(_float(t) for t in tensors) and condition(*args, **kwargs)):
+        floats = [t for t in tensors if _float(t)]
+        if not (floats and all(_float(t) or _index(t) for t in tensors) and condition(*args, **kwargs)):
             return False
-        return not grad_only or any(requires_grad(t) for t in tensors)
+        return not grad_only or any(requires_grad(t) for t in floats)
 
     def execute(*args: Any, **kwargs: Any) -> Any:
-        return forward(*call.flat(args, kwargs))
+        return forward((), *call.flat(args, kwargs))
 
     def grad(*args: Any, **kwargs: Any) -> Any:
         flat = call.flat(args, kwargs)
-        out = forward(*flat)
+        positions = tuple(i for i, a in enumerate(flat) if _float(a) and requires_grad(a) is not False)
+        out = forward(positions, *flat)
         outs = (out,) if isinstance(out, TensorProxy) else tuple(out)
-        positions = tuple(i for i, a in enumerate(flat) if isinstance(a, TensorProxy) and requires_grad(a) is not False)
         found = backward(tuple(get_grad(o) for o in outs), positions, *flat)
         for i, g in zip(positions, found):
             put_grad(flat[i], g)
