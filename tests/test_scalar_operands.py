@@ -172,6 +172,15 @@ def test_fp32_unchanged(executors):
     assert "_scalar_operand(" not in forward
 
 
+@pytest.mark.parametrize("fn", [lambda x: x * 0.7, lambda x: x / 0.7, lambda x: torch.div(x, 3)], ids=["mul", "div", "div_int"])
+def test_number_kept_in_float_stays_thunders(executors, fn):
+    """``x * 0.7`` and ``x / 0.7`` under grad keep thunder's float32 computation (eager's CPU kernels keep the
+    number in float too: equal, swept above), which fuses."""
+    x = torch.randn(8, 3, dtype=torch.bfloat16, requires_grad=True)
+    _, forward, backward = _jit_trace(fn, executors, x)
+    assert "_scalar_operand(" not in forward and "_scalar_operand_backward(" not in backward
+
+
 def test_no_grad_forward_stays_thunders(executors):
     """Without grad ``x + 0.7`` stays the torch executor's ``torch.add`` (eager's kernel already)."""
     x = torch.randn(8, 3, dtype=torch.bfloat16)

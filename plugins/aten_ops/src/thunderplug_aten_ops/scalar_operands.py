@@ -20,7 +20,8 @@ torch function on the real tensors (eager's kernel, whatever the device), with a
 reflected form (:data:`CALLS`); its backward is one operator running the call again under grad on detached
 copies of the inputs that require grad and asking eager's own engine for their gradients (``derivatives.yaml``'s
 formulas in eager's dtypes, ``sum_to_size``, the cast to the input's dtype), as ``normalize``'s and the math
-SDPA's rules do. The number-first ``mul``/``true_divide`` forms are taken without grad too. ``div``,
+SDPA's rules do (not ``x * 0.7`` and ``x / 0.7``: eager's CPU kernels keep that number in float, as thunder's
+float32 computation does, which fuses). The number-first ``mul``/``true_divide`` forms are taken without grad too. ``div``,
 ``true_divide``, ``atan2`` and ``fmod`` are taken under grad whatever their float16/bfloat16 operands, dimensioned
 ones too: their gradients' formulas round op by op in eager (``x / y``'s for ``y`` is ``-grad * ((x / y) / y)`` in
 float16), thunder's in float32 once (:data:`_ANY_OPERANDS`). float32 and float64 programs are left as they were
@@ -123,6 +124,11 @@ _NUMBER_FIRST = (ltorch.mul, ltorch.true_divide, ltorch.div)
 #: gradient for ``y``, ``-grad * ((x / y) / y)``; ``atan2``'s for both; ``fmod``'s for ``other``)
 _ANY_OPERANDS = (ltorch.true_divide, ltorch.div, ltorch.atan2, ltorch.fmod)
 
+#: symbols left to thunder with a tensor first and a number second, where its float32 computation is eager's:
+#: eager's CPU ``mul`` and ``div`` kernels keep a number in float for float16/bfloat16 tensors (as CUDA's do),
+#: and the gradient ``grad * 0.7`` / ``grad / 0.7`` likewise; left to thunder, they fuse
+_NUMBER_KEPT_IN_FLOAT = (ltorch.mul, ltorch.true_divide, ltorch.div)
+
 
 class _Call:
     """One symbol's arguments as a flat tuple in its signature's order (defaults filled in)."""
@@ -194,6 +200,9 @@ def _rule(symbol: Any, previous: ImplInfo | None, executor: OperatorExecutor) ->
         if symbol in (ltorch.add, ltorch.sub) and _is_number(flat[2]) and flat[2] == 1:
             operands = operands[:2]  # the default alpha is no operand
         if not (_half_operands(operands, symbol not in _ANY_OPERANDS) and accepts(*flat)):
+            return None
+        if (symbol in _NUMBER_KEPT_IN_FLOAT and isinstance(flat[0], TensorProxy) and _is_number(flat[1])
+                and (symbol is not ltorch.div or flat[2] is None)):
             return None
         tensors = [a for a in operands if isinstance(a, TensorProxy)]
         if any(requires_grad(t) for t in tensors):
