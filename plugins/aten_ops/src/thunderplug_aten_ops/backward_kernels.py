@@ -1125,8 +1125,9 @@ class _Rules:
         return out
 
 
-def _at_least(ndim: int, last: bool = False) -> Callable[[TensorProxy], tuple[int, ...]]:
-    """The shape ``atleast_{ndim}d`` gives a tensor (``last``: ``dstack``'s 2-D tensors get a trailing dim)."""
+def _at_least(ndim: int) -> Callable[[TensorProxy], tuple[int, ...]]:
+    """The shape ``atleast_{ndim}d`` gives a tensor (a 1-D one becomes ``(1, n)`` or ``(1, n, 1)``, a 2-D one
+    ``(m, n, 1)``)."""
 
     def shape(t: TensorProxy) -> tuple[int, ...]:
         found = tuple(t.shape)
