@@ -20,7 +20,8 @@ import torch
 
 import thunderplug
 
-#: name -> (the function of ``x``, ``y`` (float16/bfloat16 tensors) and the operand ``o``, whether ``o`` may be a number)
+#: name -> (the function of ``x``, ``y`` (float16/bfloat16 tensors) and the operand ``o``; whether ``o`` may be a
+#: number)
 OPS = {
     "add": (lambda x, y, o: x + o, True),
     "radd": (lambda x, y, o: o + x, True),
@@ -152,7 +153,8 @@ def test_dimensioned_operands_match_eager(executors, op, dtype, shape):
 def _jit_trace(fn, executors, *args):
     jfn = thunder.jit(fn, executors=executors)
     out = jfn(*args)
-    return out, str(thunder.last_traces(jfn)[-1]), str(thunder.last_backward_traces(jfn)[-1]) if out.requires_grad else ""
+    backward = str(thunder.last_backward_traces(jfn)[-1]) if out.requires_grad else ""
+    return out, str(thunder.last_traces(jfn)[-1]), backward
 
 
 def test_eager_kernels_forward_and_backward(executors):
@@ -172,7 +174,8 @@ def test_fp32_unchanged(executors):
     assert "_scalar_operand(" not in forward
 
 
-@pytest.mark.parametrize("fn", [lambda x: x * 0.7, lambda x: x / 0.7, lambda x: torch.div(x, 3)], ids=["mul", "div", "div_int"])
+@pytest.mark.parametrize("fn", [lambda x: x * 0.7, lambda x: x / 0.7, lambda x: torch.div(x, 3)],
+                         ids=["mul", "div", "div_int"])
 def test_number_kept_in_float_stays_thunders(executors, fn):
     """``x * 0.7`` and ``x / 0.7`` under grad keep thunder's float32 computation (eager's CPU kernels keep the
     number in float too: equal, swept above), which fuses."""

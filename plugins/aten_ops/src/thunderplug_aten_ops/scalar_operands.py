@@ -21,11 +21,11 @@ reflected form (:data:`CALLS`); its backward is one operator running the call ag
 copies of the inputs that require grad and asking eager's own engine for their gradients (``derivatives.yaml``'s
 formulas in eager's dtypes, ``sum_to_size``, the cast to the input's dtype), as ``normalize``'s and the math
 SDPA's rules do (not ``x * 0.7`` and ``x / 0.7``: eager's CPU kernels keep that number in float, as thunder's
-float32 computation does, which fuses). The number-first ``mul``/``true_divide`` forms are taken without grad too. ``div``,
-``true_divide``, ``atan2`` and ``fmod`` are taken under grad whatever their float16/bfloat16 operands, dimensioned
-ones too: their gradients' formulas round op by op in eager (``x / y``'s for ``y`` is ``-grad * ((x / y) / y)`` in
-float16), thunder's in float32 once (:data:`_ANY_OPERANDS`). float32 and float64 programs are left as they were
-(bit-identical, and fusable).
+float32 computation does, which fuses). The number-first ``mul``/``true_divide`` forms are taken without grad
+too. ``div``, ``true_divide``, ``atan2`` and ``fmod`` are taken under grad whatever their float16/bfloat16
+operands, dimensioned ones too: their gradients' formulas round op by op in eager (``x / y``'s for ``y`` is
+``-grad * ((x / y) / y)`` in float16), thunder's in float32 once (:data:`_ANY_OPERANDS`). float32 and float64
+programs are left as they were (bit-identical, and fusable).
 
 A rule the executor already has for a symbol (``pow``, ``mul``, ``div``, ``remainder``, ``lerp``) is kept for the
 calls this one declines (:func:`register`).
