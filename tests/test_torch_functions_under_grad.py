@@ -338,6 +338,12 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "pad_replicate": (lambda x: F.pad(x, (1, 2), mode="replicate"), [(2, 3, 4)]),
     "pad_circular": (lambda x: F.pad(x, (1, 2), mode="circular"), [(2, 3, 4)]),
     "pad_reflect_2d": (lambda x: F.pad(x, (1, 1, 1, 2), mode="reflect"), [(1, 2, 3, 4)]),
+    "pad_replicate_3d": (lambda x: F.pad(x * 2, [1, 0, 2, 1, 0, 1], "replicate").exp(), [(1, 2, 2, 3, 4)]),
+    "pad_circular_2d": (lambda x: F.pad(x, (2, 1, 1, 0), mode="circular").sum(1), [(2, 2, 3, 4)]),
+    "pad_constant_negative": (lambda x: F.pad(x, (-1, 2), value=-1.5), [S]),
+    "pad_constant_negative_only": (lambda x: F.pad(x, (-1, -1, 0, -1)), [S]),
+    "conv2d_padding_mode": (
+        lambda x, w: F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), w), [(1, 2, 4, 4), (3, 2, 3, 3)]),
     "interpolate_nearest": (lambda x: F.interpolate(x, scale_factor=2), [(1, 2, 3, 4)]),
     "interpolate_bilinear": (lambda x: F.interpolate(x, size=(5, 7), mode="bilinear"), [(1, 2, 3, 4)]),
     "interpolate_bilinear_corners": (
@@ -542,9 +548,8 @@ def classify(name: str, executors=None) -> tuple[str, str]:
 #: in the same way): name -> (status, KI)
 KNOWN: dict[str, tuple[str, str]] = {
     **dict.fromkeys(
-        ("round_decimals", "tensor_unfold", "index_add", "pad_reflect", "pad_replicate", "pad_circular",
-         "pad_reflect_2d", "interpolate_nearest", "interpolate_bilinear_corners", "interpolate_bicubic",
-         "interpolate_linear", "interpolate_area", "avg_pool1d_pad", "nan_to_num_inf"),
+        ("round_decimals", "tensor_unfold", "index_add", "interpolate_nearest", "interpolate_bilinear_corners",
+         "interpolate_bicubic", "interpolate_linear", "interpolate_area", "avg_pool1d_pad", "nan_to_num_inf"),
         ("LOUD", "KI-10: refused while tracing, with or without grad")),
     **dict.fromkeys(("broadcast_tensors", "meshgrid"),
                     ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),
@@ -565,7 +570,7 @@ def test_outputs_and_gradients_are_eagers(name, plug):
 
 #: programs whose values thunder computed otherwise than eager (not only their gradients)
 FORWARD_DIFFERED = ("addcmul", "addcmul_broadcast", "group_norm", "group_norm_no_affine", "interpolate_bilinear",
-                    "rdiv_number")
+                    "rdiv_number", "pad_reflect", "pad_circular_2d", "pad_replicate_3d")
 
 
 @pytest.mark.parametrize("name", FORWARD_DIFFERED)
@@ -585,6 +590,16 @@ def test_traces_run_eagers_functions(plug):
     backward = {b.sym.name for b in thunder.last_backward_traces(jitted)[-1].bound_symbols}
     assert {"eager_var", "eager_group_norm"} <= forward
     assert {"eager_var_backward", "eager_group_norm_backward"} <= backward
+
+
+def test_constant_pads_stay_thunders(plug):
+    """``F.pad`` becomes ``eager_pad`` in discover() compilations; its constant mode is thunder's ``pad`` (fusible)."""
+    jitted = thunder.jit(lambda x: F.pad(x, (1, 2)) + F.pad(x, (0, 3), mode="reflect"), executors=plug)
+    (x,) = _inputs([(2, 4)])
+    jitted(x).sum().backward()
+    forward = [b.sym.name for b in thunder.last_traces(jitted)[-1].bound_symbols]
+    assert forward.count("eager_pad") == 1 and "pad" in forward
+    assert "eager_pad_backward" in {b.sym.name for b in thunder.last_backward_traces(jitted)[-1].bound_symbols}
 
 
 def main(argv: list[str]) -> None:
