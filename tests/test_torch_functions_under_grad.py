@@ -50,6 +50,7 @@ _COUNTS = torch.randint(0, 5, (3, 4), generator=torch.Generator().manual_seed(6)
 _BAG_IDX = torch.tensor([0, 2, 1, 3, 4, 2])
 _EYE = torch.eye(3)
 _TRIL = torch.tril_indices(3, 4)
+_UPSAMPLE = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
 _BAG_OFF = torch.tensor([0, 2, 5])
 
 #: name -> (function, input shapes); every input is float32 ``randn`` requiring grad
@@ -352,6 +353,15 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "interpolate_linear": (lambda x: F.interpolate(x, size=7, mode="linear"), [(1, 2, 4)]),
     "interpolate_nearest_exact": (lambda x: F.interpolate(x, size=(5, 7), mode="nearest-exact"), [(1, 2, 3, 4)]),
     "interpolate_area": (lambda x: F.interpolate(x, size=(2, 2), mode="area"), [(1, 2, 4, 4)]),
+    "interpolate_trilinear": (lambda x: F.interpolate(x, scale_factor=1.5, mode="trilinear"), [(1, 2, 2, 3, 4)]),
+    "interpolate_bicubic_corners": (
+        lambda x: F.interpolate(x * 2, size=(6, 5), mode="bicubic", align_corners=True).exp(), [(1, 2, 3, 4)]),
+    "interpolate_bilinear_antialias": (
+        lambda x: F.interpolate(x, size=(2, 3), mode="bilinear", antialias=True), [(1, 2, 5, 7)]),
+    "interpolate_recompute_scale": (
+        lambda x: F.interpolate(x, scale_factor=1.7, mode="linear", recompute_scale_factor=True), [(2, 3, 4)]),
+    "interpolate_nearest_1d_size": (lambda x: F.interpolate(x, 7), [(2, 3, 4)]),
+    "upsample_module": (lambda x: _UPSAMPLE(x).sin(), [(1, 2, 3, 4)]),
     "fold": (lambda x: F.fold(x, (3, 3), 2), [(1, 8, 4)]),
     "unfold": (lambda x: F.unfold(x, 2), [(1, 2, 3, 4)]),
     "pixel_shuffle": (lambda x: F.pixel_shuffle(x, 2), [(1, 8, 2, 3)]),
@@ -548,8 +558,7 @@ def classify(name: str, executors=None) -> tuple[str, str]:
 #: in the same way): name -> (status, KI)
 KNOWN: dict[str, tuple[str, str]] = {
     **dict.fromkeys(
-        ("round_decimals", "tensor_unfold", "index_add", "interpolate_nearest", "interpolate_bilinear_corners",
-         "interpolate_bicubic", "interpolate_linear", "interpolate_area", "avg_pool1d_pad", "nan_to_num_inf"),
+        ("round_decimals", "tensor_unfold", "index_add", "avg_pool1d_pad", "nan_to_num_inf"),
         ("LOUD", "KI-10: refused while tracing, with or without grad")),
     **dict.fromkeys(("broadcast_tensors", "meshgrid"),
                     ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),
@@ -570,7 +579,8 @@ def test_outputs_and_gradients_are_eagers(name, plug):
 
 #: programs whose values thunder computed otherwise than eager (not only their gradients)
 FORWARD_DIFFERED = ("addcmul", "addcmul_broadcast", "group_norm", "group_norm_no_affine", "interpolate_bilinear",
-                    "rdiv_number", "pad_reflect", "pad_circular_2d", "pad_replicate_3d")
+                    "rdiv_number", "pad_reflect", "pad_circular_2d", "pad_replicate_3d", "interpolate_bicubic",
+                    "interpolate_area", "interpolate_trilinear", "upsample_module")
 
 
 @pytest.mark.parametrize("name", FORWARD_DIFFERED)
