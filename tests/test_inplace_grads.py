@@ -599,3 +599,27 @@ def test_an_update_through_a_view_no_gradient_depends_on_runs_as_before(fn):
 
     for got, want in zip(run(thunder.jit(fn, executors=thunderplug.discover(quiet=True))), run(fn)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _detached_result_doubled(x, w):
+    y = x * w
+    y.detach().mul_(2)
+    return y * 3
+
+
+def _detached_input_row_updated(x, w):
+    x.detach()[0].add_(1.0)
+    return x * w
+
+
+@pytest.mark.parametrize("fn", [_detached_result_doubled, _detached_input_row_updated])
+def test_an_update_through_a_detached_view_is_hidden_from_autograd_as_in_eager(fn):
+    """Eager's autograd does not see an update through ``detach()`` (torch.distributed.tensor's
+    ``distribute_tensor`` makes one): the values change, the gradients are those of the values before it."""
+    x, w = torch.randn(3, 4), torch.randn(4, requires_grad=True)
+    x_ref, w_ref = x.clone(), w.detach().clone().requires_grad_(True)
+    out = thunder.jit(fn, executors=thunderplug.discover(quiet=True))(x, w)
+    expected = fn(x_ref, w_ref)
+    assert torch.equal(out, expected) and torch.equal(x, x_ref)
+    cotangent = torch.randn_like(expected)
+    assert torch.equal(torch.autograd.grad(out, w, cotangent)[0], torch.autograd.grad(expected, w_ref, cotangent)[0])
