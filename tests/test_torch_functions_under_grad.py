@@ -51,6 +51,7 @@ _BAG_IDX = torch.tensor([0, 2, 1, 3, 4, 2])
 _EYE = torch.eye(3)
 _TRIL = torch.tril_indices(3, 4)
 _UPSAMPLE = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+_AVG_POOL = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
 _BAG_OFF = torch.tensor([0, 2, 5])
 
 #: name -> (function, input shapes); every input is float32 ``randn`` requiring grad
@@ -380,6 +381,11 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "max_pool1d": (lambda x: F.max_pool1d(x, 2, 1), [(1, 2, 5)]),
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 2, 1), [(1, 2, 4, 4)]),
     "avg_pool1d_pad": (lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False), [(1, 2, 6)]),
+    "avg_pool2d_pad_ceil": (
+        lambda x: F.avg_pool2d(x * 2, 3, 2, 1, ceil_mode=True, count_include_pad=False).exp(), [(1, 2, 5, 6)]),
+    "avg_pool2d_divisor": (lambda x: F.avg_pool2d(x, (2, 3), divisor_override=4), [(2, 3, 4, 6)]),
+    "avg_pool3d_pad": (lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False), [(1, 2, 3, 4, 4)]),
+    "avg_pool_module": (lambda x: _AVG_POOL(x) * x.mean(), [(1, 2, 4, 4)]),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), [(1, 2, 4, 5)]),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 2), [(1, 2, 4, 5)]),
     "lp_pool2d": (lambda x: F.lp_pool2d(_pos(x), 2, 2), [(1, 2, 4, 4)]),
@@ -558,7 +564,7 @@ def classify(name: str, executors=None) -> tuple[str, str]:
 #: in the same way): name -> (status, KI)
 KNOWN: dict[str, tuple[str, str]] = {
     **dict.fromkeys(
-        ("round_decimals", "tensor_unfold", "index_add", "avg_pool1d_pad", "nan_to_num_inf"),
+        ("round_decimals", "tensor_unfold", "index_add", "nan_to_num_inf"),
         ("LOUD", "KI-10: refused while tracing, with or without grad")),
     **dict.fromkeys(("broadcast_tensors", "meshgrid"),
                     ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),
@@ -580,7 +586,8 @@ def test_outputs_and_gradients_are_eagers(name, plug):
 #: programs whose values thunder computed otherwise than eager (not only their gradients)
 FORWARD_DIFFERED = ("addcmul", "addcmul_broadcast", "group_norm", "group_norm_no_affine", "interpolate_bilinear",
                     "rdiv_number", "pad_reflect", "pad_circular_2d", "pad_replicate_3d", "interpolate_bicubic",
-                    "interpolate_area", "interpolate_trilinear", "upsample_module")
+                    "interpolate_area", "interpolate_trilinear", "upsample_module", "avg_pool1d_pad",
+                    "avg_pool2d_pad_ceil")
 
 
 @pytest.mark.parametrize("name", FORWARD_DIFFERED)
