@@ -48,6 +48,7 @@ _MASK = torch.randn(3, 4, generator=torch.Generator().manual_seed(5)) > 0
 _TARGET = torch.randint(0, 2, (3, 4), generator=torch.Generator().manual_seed(6)).float()
 _COUNTS = torch.randint(0, 5, (3, 4), generator=torch.Generator().manual_seed(6)).float()
 _BAG_IDX = torch.tensor([0, 2, 1, 3, 4, 2])
+_VALUE = torch.tensor(0.7)  # a tensor ``value``, read by eager as a number
 _EYE = torch.eye(3)
 _TRIL = torch.tril_indices(3, 4)
 _UPSAMPLE = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
@@ -136,6 +137,8 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "addcmul_constant": (lambda x, y: torch.addcmul(x, y, _TARGET, value=-2), [S, S]),
     "addcdiv": (lambda x, y, z: torch.addcdiv(x, y, _pos(z), value=0.5), [S, S, S]),
     "addcdiv_default": (lambda x, y, z: x.addcdiv(y, _pos(z)), [S, S, (4,)]),
+    "addcmul_tensor_value": (lambda x, y, z: torch.addcmul(x, y, z, value=_VALUE), [S, S, S]),
+    "addcdiv_tensor_value": (lambda x, y, z: torch.addcdiv(x, y, _pos(z), value=_VALUE), [S, S, S]),
     "lerp": (lambda x, y: torch.lerp(x, y, 0.3), [S, S]),
     "rad2deg": (lambda x: torch.rad2deg(x), [S]),
     "deg2rad": (lambda x: torch.deg2rad(x), [S]),

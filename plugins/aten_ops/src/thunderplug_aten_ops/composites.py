@@ -87,13 +87,27 @@ def _symbol(fn: Callable[..., Any]) -> Any:
     return torch_to_thunder_function_map()[fn]
 
 
+def _value_without_grad(a, b, c, *, value=None) -> bool:
+    """``addcmul``/``addcdiv``'s ``value``: eager reads a tensor ``value`` as a number (``.item()``), so one that
+    requires grad gets none; that is left to thunder's own forward."""
+    return not (isinstance(value, TensorProxy) and value.requires_grad)
+
+
+def _scalar(value: Any) -> Any:
+    """``value`` as eager's kernels take it: None is thunder's default, 1; a meta tensor (the forward's shape
+    inference) has no value to read, and any number gives the same shapes."""
+    if value is None or (isinstance(value, torch.Tensor) and value.is_meta):
+        return 1
+    return value
+
+
 def _addcmul(a, b, c, *, value=None):
     """``torch.addcmul`` with thunder's default ``value`` (None: 1)."""
-    return torch.addcmul(a, b, c, value=1 if value is None else value)
+    return torch.addcmul(a, b, c, value=_scalar(value))
 
 
 def _addcdiv(a, b, c, *, value=None):
-    return torch.addcdiv(a, b, c, value=1 if value is None else value)
+    return torch.addcdiv(a, b, c, value=_scalar(value))
 
 
 #: ltorch symbol -> (eager's function, taking the symbol's arguments; what else the call must satisfy; whether
@@ -103,8 +117,8 @@ COMPOSITES: dict[Any, tuple[Callable[..., Any], Callable[..., bool], bool]] = {
     ltorch.erfinv: (torch.erfinv, _always, True),  # 3e-8
     ltorch.erfc: (torch.erfc, _always, True),  # 1.2e-7
     ltorch.copysign: (torch.copysign, _always, True),  # other's gradient: zeros, where thunder had none
-    ltorch.addcmul: (_addcmul, _always, False),  # the value: 1.2e-7 (eager's fused kernel)
-    ltorch.addcdiv: (_addcdiv, _always, True),  # 1.5e-8
+    ltorch.addcmul: (_addcmul, _value_without_grad, False),  # the value: 1.2e-7 (eager's fused kernel)
+    ltorch.addcdiv: (_addcdiv, _value_without_grad, True),  # 1.5e-8
     ltorch.var: (torch.var, _always, True),  # 1.5e-8 (var_backward)
     ltorch.std: (torch.std, _always, True),  # 3e-8
     ltorch.var_mean: (torch.var_mean, _always, True),  # 6e-8
