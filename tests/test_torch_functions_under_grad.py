@@ -61,6 +61,7 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "round": (lambda x: x.round() * x, [S]),
     "torch_round": (lambda x: torch.round(x * 3), [S]),
     "round_decimals": (lambda x: torch.round(x, decimals=2) * x, [S]),
+    "round_decimals_method": (lambda x: x.round(decimals=-1) + x.round(decimals=0) * x, [S]),
     "trunc": (lambda x: torch.trunc(x * 3) * x, [S]),
     "fix": (lambda x: torch.fix(x * 3) + x, [S]),
     "frac": (lambda x: torch.frac(x * 3), [S]),
@@ -216,6 +217,7 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "flipud": (lambda x: torch.flipud(x), [S]),
     "narrow": (lambda x: x.narrow(1, 1, 2), [S]),
     "tensor_unfold": (lambda x: x.unfold(1, 2, 1), [S]),
+    "tensor_unfold_rows": (lambda x: x.unfold(0, 2, 1).sum(-1) * x[:2], [S]),
     "take_along_dim": (lambda x: torch.take_along_dim(x, _I34, 0), [S]),
     "gather": (lambda x: torch.gather(x, 0, _I34), [S]),
     "scatter": (lambda x, src: torch.scatter(x, 0, _I34, src), [S, S]),
@@ -225,6 +227,8 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "scatter_reduce_mean": (lambda x, src: x.scatter_reduce(0, _I34, src, "mean", include_self=False), [S, S]),
     "index_select": (lambda x: torch.index_select(x, 1, _I3), [S]),
     "index_add": (lambda x, src: x.index_add(0, _I4[:2], src, alpha=2), [S, (2, 4)]),
+    "index_add_function": (lambda x, src: torch.index_add(x, 1, _I3[:2], src, alpha=0.3), [S, (3, 2)]),
+    "index_add_no_alpha": (lambda x, src: x.index_add(0, _I4[:2], src), [S, (2, 4)]),
     "index_copy": (lambda x, src: x.index_copy(0, torch.tensor([2, 0]), src), [S, (2, 4)]),
     "index_fill": (lambda x: x.index_fill(1, torch.tensor([0, 2]), 1.5), [S]),
     "masked_fill": (lambda x: x.masked_fill(_MASK, 0.5), [S]),
@@ -461,6 +465,7 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "logaddexp_inf": (lambda x, y: torch.logaddexp(x.log(), y.log()), [S, S]),
     "softplus_big": (lambda x: F.softplus(x * 30), [S]),
     "nan_to_num_inf": (lambda x: torch.nan_to_num(x / 0, posinf=1.0, neginf=-1.0), [S]),
+    "nan_to_num_method": (lambda x: (x.log() / 0).nan_to_num(nan=0.5, neginf=-2.0) * x, [S]),
     "cross_entropy_ignore": (lambda x: F.cross_entropy(x, torch.tensor([0, -100, 2])), [(3, 4)]),
     "nll_loss_weight": (
         lambda x: F.nll_loss(F.log_softmax(x, 1), _I3, weight=torch.tensor([1.0, 2.0, 0.5, 1.0])), [(3, 4)]),
@@ -566,9 +571,6 @@ def classify(name: str, executors=None) -> tuple[str, str]:
 #: programs that do not give eager's results under discover() (docs/known-issues.md; stock thunder fails on each
 #: in the same way): name -> (status, KI)
 KNOWN: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(
-        ("round_decimals", "tensor_unfold", "index_add", "nan_to_num_inf"),
-        ("LOUD", "KI-10: refused while tracing, with or without grad")),
     **dict.fromkeys(("broadcast_tensors", "meshgrid"),
                     ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),
 }

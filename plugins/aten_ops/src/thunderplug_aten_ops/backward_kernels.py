@@ -39,7 +39,8 @@ More ops thunder rounds otherwise than eager (``erfinv``, ``erfc``, ``addcmul``,
 ``F.pad`` itself (:mod:`thunderplug_aten_ops.pad_modes`); ``F.interpolate`` in every form eager accepts (thunder refuses
 some modes, ``align_corners=True``, an integer ``scale_factor``) as ``F.interpolate`` itself
 (:mod:`thunderplug_aten_ops.interpolate_modes`); ``F.avg_pool*d`` with ``count_include_pad=False`` too
-(:mod:`thunderplug_aten_ops.avg_pool_forms`).
+(:mod:`thunderplug_aten_ops.avg_pool_forms`); ``round(decimals=...)``, ``index_add`` (``alpha``), ``nan_to_num``'s
+keywords and ``Tensor.unfold`` under grad, which thunder refuses, likewise (:mod:`thunderplug_aten_ops.torch_forms`).
 
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
@@ -61,7 +62,15 @@ from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
-from thunderplug_aten_ops import avg_pool_forms, composites, grouped_mm, interpolate_modes, pad_modes, scalar_operands
+from thunderplug_aten_ops import (
+    avg_pool_forms,
+    composites,
+    grouped_mm,
+    interpolate_modes,
+    pad_modes,
+    scalar_operands,
+    torch_forms,
+)
 from thunderplug_aten_ops.eager_kernels import _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"
@@ -1333,5 +1342,6 @@ def build_executor() -> OperatorExecutor:
     pad_modes.register(executor)
     interpolate_modes.register(executor)
     avg_pool_forms.register(executor)
+    torch_forms.register(executor)
     scalar_operands.register(executor)  # last: in front of the rules above for its symbols
     return executor

@@ -1,0 +1,115 @@
+"""Arguments and forms of torch functions that thunder 0.2.6 refuses while tracing, with or without grad, run as
+eager runs them, forward and backward: part of the ``eager_backward_kernels`` executor (once KI-10 of
+docs/known-issues.md).
+
+``torch.round``/``Tensor.round`` with ``decimals`` (``round() got an unexpected keyword argument 'decimals'``),
+``index_add`` with ``alpha`` (the same for ``alpha``), ``torch.nan_to_num`` with its numbers as keywords
+(``positional-only arguments passed as keyword arguments``) and ``Tensor.unfold`` under grad (the automatic
+registration runs ``F.unfold``'s fake kernel).
+
+How: lookasides of the functions, and of thunder's symbols (what a proxy's method calls), in the compilations that
+list the executor. A form thunder computes as eager (``decimals=0``, ``alpha=1``) stays thunder's symbol; nan_to_num's
+keywords are passed to thunder's symbol positionally. The others are the operators ``eager_round_decimals``,
+``eager_index_add`` and ``eager_unfold``: the torch function itself forward, eager's autograd through it on the
+real tensors backward (as :mod:`thunderplug_aten_ops.avg_pool_forms`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import thunder.torch as ltorch
+import torch
+from thunder.core import dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor
+
+from thunderplug.tracing.fake import to_torch_value
+
+
+def _meta_tensor(a: Any) -> Any:
+    if isinstance(a, TensorProxy):
+        return torch.empty(tuple(a.shape), dtype=dtypes.to_torch_dtype(a.dtype), device="meta")
+    return to_torch_value(a)
+
+
+def _register_eager(executor: OperatorExecutor, name: str, fn: Callable[..., torch.Tensor],
+                    differentiable: tuple[int, ...]) -> Callable[..., Any]:
+    """An operator running ``fn`` (positional arguments) forward, eager's autograd through it backward for the
+    tensors at ``differentiable``; the function that calls it with its gradient rule."""
+
+    def meta(*args: Any) -> TensorProxy:
+        found = fn(*(_meta_tensor(a) for a in args))
+        return TensorProxy(like=args[0], shape=tuple(found.shape))
+
+    def backward_run(grad: torch.Tensor, *args: Any) -> tuple[torch.Tensor, ...]:
+        with torch.enable_grad():
+            args = list(args)
+            leaves = []
+            for i in differentiable:
+                args[i] = args[i].detach().requires_grad_()
+                leaves.append(args[i])
+            return tuple(torch.autograd.grad(fn(*args), leaves, grad))
+
+    def backward_meta(grad: TensorProxy, *args: Any) -> tuple[TensorProxy, ...]:
+        return tuple(TensorProxy(like=args[i], requires_grad=False) for i in differentiable)
+
+    forward = executor.register_operator(name, meta=meta, fn=fn)
+    backward = executor.register_operator(f"{name}_backward", meta=backward_meta, fn=backward_run)
+
+    def grad(*args: Any) -> Any:
+        out = forward(*args)
+        for i, found in zip(differentiable, backward(get_grad(out), *args)):
+            put_grad(args[i], found)
+        return out
+
+    executor.register_implementation(forward, execution_transform=lambda *args: forward(*args), grad_transform=grad)
+    return forward
+
+
+def _round_decimals(a: torch.Tensor, decimals: int) -> torch.Tensor:
+    return torch.round(a, decimals=decimals)
+
+
+def _index_add_eager(a: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: Any):
+    return torch.index_add(a, dim, index, source, alpha=alpha)
+
+
+def _unfold(a: torch.Tensor, dimension: int, size: int, step: int) -> torch.Tensor:
+    return a.unfold(dimension, size, step)
+
+
+def register(executor: OperatorExecutor) -> None:
+    """The operators and lookasides above on ``executor``."""
+    round_decimals = _register_eager(executor, "eager_round_decimals", _round_decimals, (0,))
+    index_add_eager = _register_eager(executor, "eager_index_add", _index_add_eager, (0, 3))
+    unfold = _register_eager(executor, "eager_unfold", _unfold, (0,))
+
+    def round_(a: Any, *, decimals: int = 0) -> Any:
+        if decimals == 0 or not isinstance(a, TensorProxy):
+            return ltorch.round(a)
+        return round_decimals(a, decimals)
+
+    def index_add(a: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
+        if not isinstance(a, TensorProxy):
+            return ltorch.index_add(a, dim, index, source)
+        return index_add_eager(a, dim, index, source, alpha)
+
+    def nan_to_num(a: Any, nan: Any = 0.0, posinf: Any = None, neginf: Any = None, *, out: Any = None) -> Any:
+        return ltorch.nan_to_num(a, nan, posinf, neginf, out=out)
+
+    def unfold_(a: Any, dimension: int, size: int, step: int) -> Any:
+        if not isinstance(a, TensorProxy):
+            return ltorch.unfold(a, dimension, size, step)
+        return unfold(a, dimension, size, step)
+
+    for function, symbol, lookaside in (
+            (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
+            (torch.nan_to_num, ltorch.nan_to_num, nan_to_num), (torch.Tensor.unfold, ltorch.unfold, unfold_)):
+        executor._lookasides[function] = lookaside
+        executor._lookasides[symbol] = lookaside
+        method = getattr(torch.Tensor, function.__name__, None)
+        if method is not None:
+            executor._lookasides[method] = lookaside
