@@ -259,6 +259,7 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "column_stack_0dim": (lambda x, y: torch.column_stack((x, y)).exp(), [(), (1,)]),
     "hsplit": (lambda x: torch.hsplit(x, 2)[1] * 3, [S]),
     "broadcast_tensors": (lambda x, y: torch.broadcast_tensors(x, y)[0] * 2, [(1, 4), S]),
+    "broadcast_tensors_second": (lambda x, y, z: torch.broadcast_tensors(x, y, z)[1] * 2, [(3, 1), (1, 4), (4,)]),
     "movedim": (lambda x: torch.movedim(x, 0, 2), [(2, 3, 4)]),
     "swapaxes": (lambda x: x.swapaxes(0, 1), [S]),
     "t": (lambda x: x.t() * 2, [S]),
@@ -274,6 +275,7 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "block_diag": (lambda x, y: torch.block_diag(x, y), [(2, 2), (1, 3)]),
     "cartesian_prod": (lambda x, y: torch.cartesian_prod(x, y), [(2,), (3,)]),
     "meshgrid": (lambda x, y: torch.meshgrid(x, y, indexing="ij")[0] * 2, [(2,), (3,)]),
+    "meshgrid_xy": (lambda x, y, z: torch.meshgrid([x, y, z], indexing="xy")[0] * 3, [(2,), (3,), (4,)]),
     # torch.nn.functional: activations
     "relu": (lambda x: F.relu(x), [S]),
     "gelu": (lambda x: F.gelu(x), [S]),
@@ -570,10 +572,7 @@ def classify(name: str, executors=None) -> tuple[str, str]:
 
 #: programs that do not give eager's results under discover() (docs/known-issues.md; stock thunder fails on each
 #: in the same way): name -> (status, KI)
-KNOWN: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("broadcast_tensors", "meshgrid"),
-                    ("SILENT", "KI-11: a zero gradient where eager's is None (an input only unused outputs read)")),
-}
+KNOWN: dict[str, tuple[str, str]] = {}
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,9 @@ More ops thunder rounds otherwise than eager (``erfinv``, ``erfc``, ``addcmul``,
 some modes, ``align_corners=True``, an integer ``scale_factor``) as ``F.interpolate`` itself
 (:mod:`thunderplug_aten_ops.interpolate_modes`); ``F.avg_pool*d`` with ``count_include_pad=False`` too
 (:mod:`thunderplug_aten_ops.avg_pool_forms`); ``round(decimals=...)``, ``index_add`` (``alpha``), ``nan_to_num``'s
-keywords and ``Tensor.unfold`` under grad, which thunder refuses, likewise (:mod:`thunderplug_aten_ops.torch_forms`).
+keywords and ``Tensor.unfold`` under grad, which thunder refuses, likewise (:mod:`thunderplug_aten_ops.torch_forms`);
+``torch.broadcast_tensors``/``meshgrid`` as one view per input, so that an input only unused outputs read gets no
+gradient, as in eager (:mod:`thunderplug_aten_ops.broadcast_views`).
 
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
@@ -64,6 +66,7 @@ from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops import (
     avg_pool_forms,
+    broadcast_views,
     composites,
     grouped_mm,
     interpolate_modes,
@@ -1343,5 +1346,6 @@ def build_executor() -> OperatorExecutor:
     interpolate_modes.register(executor)
     avg_pool_forms.register(executor)
     torch_forms.register(executor)
+    broadcast_views.register(executor)
     scalar_operands.register(executor)  # last: in front of the rules above for its symbols
     return executor
