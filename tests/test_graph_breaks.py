@@ -246,3 +246,30 @@ def test_explain_shows_the_graphs_around_the_break(tmp_path):
     )
     (function,) = json.loads(as_json.stdout)["functions"]
     assert function["graph_break"].startswith("x[mask]") and function["rows"]
+
+
+class _NotIterated(dict):
+    """A dict that fails when iterated: thunder wraps each item of a dict it interprets a lookup in."""
+
+    def items(self):
+        raise AssertionError("Dynamo's weak dictionary was iterated")
+
+
+def test_modules_built_inside_after_dynamo_ran_are_tagged_without_interpreting_dynamo(monkeypatch):
+    """Once Dynamo has run (a graph break), its ``nn.Module.__init__`` wrapper tags each new module in a process-wide
+    weak dictionary; interpreting that lookup made thunder iterate the dictionary while weakref callbacks removed
+    items (``dictionary changed size during iteration``, now and then, in a full CI run)."""
+    from torch._dynamo.mutation_guard import GenerationTracker
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ThunderplugWarning)
+        thunder.jit(masked_sum, executors=thunderplug.discover(quiet=True))(*_inputs(0))  # Dynamo runs
+    tags = GenerationTracker.generation_values
+    monkeypatch.setattr(tags, "refs", _NotIterated(tags.refs))
+
+    def builds_a_module(x):
+        return torch.nn.ReLU()(x) * 2
+
+    x = torch.randn(3, 4)
+    jitted = thunder.jit(builds_a_module, executors=thunderplug.discover(quiet=True))
+    assert torch.equal(jitted(x), x.relu() * 2)

@@ -567,6 +567,18 @@ def newobj_made_inside(_no_lookaside: Any) -> Callable[..., Any]:
     return lookaside
 
 
+def dynamo_generation_tag(_no_lookaside: Any) -> Callable[..., Any]:
+    """A lookaside for Dynamo's ``GenerationTracker.tag``, which Dynamo's ``nn.Module.__init__`` wrapper (installed
+    once Dynamo has run in the process: a graph break, ``torch.compile``) calls on every module made. Interpreted,
+    its ``id(obj) not in self.refs`` makes thunder wrap each item of that process-wide weak dictionary, whose
+    weakref callbacks remove items meanwhile: ``RuntimeError: dictionary changed size during iteration`` (a module
+    built inside the function, ``torch.nn.ReLU()(t)``, failing now and then). It is Dynamo's bookkeeping, run as
+    itself. A lookaside of discover() compilations only."""
+    from torch._dynamo.mutation_guard import GenerationTracker
+
+    return interpreter_needs_wrap(GenerationTracker.tag.__func__)
+
+
 def slices_clamped(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """``t[-4095:]`` of a dimension of 16 is all of it in Python and torch (a slice's start or stop below
     ``-length`` is clamped to 0); thunder's basic indexing refuses it (``start=-4095 is not a valid index for

@@ -34,6 +34,7 @@ from thunder.recipes.base import BaseRecipe
 from thunder.torch.experimental import dtensor_proxy
 from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
+from torch._dynamo.mutation_guard import GenerationTracker
 
 from thunderplug.eager import (
     compile_branches,
@@ -113,6 +114,7 @@ _DISCOVER_ONLY_LOOKASIDES = (
     torch.nn.Module.__getattr__,
     torch.nn.Module._wrapped_call_impl,
     copyreg.__newobj__,
+    GenerationTracker.tag.__func__,
     *tensor_api.UNSUPPORTED_DATA_DEPENDENT,
 )
 _discover_only_ids: set[int] = set()  # ids of those lookasides while installed
@@ -743,6 +745,15 @@ PATCHES: tuple[Patch, ...] = (
         "'_mapping'`): the copy is made by `cls.__new__(cls)`, which thunder does not know as an object the function "
         "made, so filling its `__dict__` failed. T5 and Whisper deep-copy their config to build their default cache "
         "(`use_cache=True`). For a class whose `__new__` is `object.__new__`, that is called, as thunder expects.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "Dynamo's module generation tag lookaside", _LOOKASIDES, GenerationTracker.tag.__func__,
+        fixes.dynamo_generation_tag, "discover() compilations",
+        "once Dynamo has run in the process (a graph break, `torch.compile`), its `nn.Module.__init__` wrapper tags "
+        "every new module in a process-wide weak dictionary; thunder interpreted that, wrapping each item of the "
+        "dictionary while weakref callbacks removed items (`dictionary changed size during iteration`, now and then, "
+        "for a module built inside the function): Dynamo's bookkeeping runs as itself.",
         features=("wiring.fixes",),
     ),
     Patch(
