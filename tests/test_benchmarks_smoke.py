@@ -166,3 +166,23 @@ def test_gpu_benchmark_smoke_run_prints_its_tables_and_writes_its_docs_section(t
     assert "discover() fp8 step / torch.compile fp8 step" in proc.stdout
     written = docs.read_text()
     assert written.startswith("# GPU checks\n\nkept text\n") and rows["discover() fp8"] in written
+
+
+REVISIONS_SCRIPT = SCRIPT.with_name("revisions.py")
+
+
+def test_revisions_exports_the_base_and_flags_changed_losses(tmp_path):
+    """The before/after benchmark (issue 42, item 4): the base tree is the revision's sources, and a run whose
+    losses differ from the base's says so rather than reporting a speed alone."""
+    spec = importlib.util.spec_from_file_location("revisions_script", REVISIONS_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tree = script.export("HEAD", tmp_path)
+    assert (tree / "core/src/thunderplug/__init__.py").is_file()
+    assert not (tree / "tests").exists()
+    args = script.argparse.Namespace(layers=1, rounds=1, steps=2, quick=True, variants=["fp32-thunderplug"])
+    run = {"first_s": [1.0], "step_ms": [10.0], "losses": [[2.0, 1.5]]}
+    same = {"this checkout": {"fp32-thunderplug": run}, "HEAD": {"fp32-thunderplug": run}}
+    assert script.table(same, "HEAD", args).splitlines()[-1].endswith("| 1.00 | 10.0 | 10.0 | 1.00 | yes |")
+    moved = {**same, "this checkout": {"fp32-thunderplug": {**run, "losses": [[2.0, 1.25]]}}}
+    assert script.table(moved, "HEAD", args).splitlines()[-1].endswith("| NO |")
