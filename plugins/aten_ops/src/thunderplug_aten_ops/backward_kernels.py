@@ -43,6 +43,9 @@ some modes, ``align_corners=True``, an integer ``scale_factor``) as ``F.interpol
 keywords and ``Tensor.unfold`` under grad, which thunder refuses, likewise (:mod:`thunderplug_aten_ops.torch_forms`);
 ``torch.broadcast_tensors``/``meshgrid`` as one view per input, so that an input only unused outputs read gets no
 gradient, as in eager (:mod:`thunderplug_aten_ops.broadcast_views`).
+Random ops under grad (dropout in every form, ``rrelu``, ``gumbel_softmax``, SDPA with ``dropout_p``) as the torch
+function itself, the backward replaying the generator's state so that it differentiates the forward's mask
+(:mod:`thunderplug_aten_ops.random_ops`).
 
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
@@ -71,6 +74,7 @@ from thunderplug_aten_ops import (
     grouped_mm,
     interpolate_modes,
     pad_modes,
+    random_ops,
     scalar_operands,
     torch_forms,
 )
@@ -1347,5 +1351,6 @@ def build_executor() -> OperatorExecutor:
     avg_pool_forms.register(executor)
     torch_forms.register(executor)
     broadcast_views.register(executor)
+    random_ops.register(executor)
     scalar_operands.register(executor)  # last: in front of the rules above for its symbols
     return executor

@@ -1,0 +1,195 @@
+"""Random ops under grad draw eager's random numbers, and their backward reuses them: part of the
+``eager_backward_kernels`` executor (issue 42, silently wrong before).
+
+Why: with gradients enabled thunder 0.2.6 differentiates ``F.dropout`` (``nn.Dropout``) through its decomposition,
+``uniform < p``, which draws other numbers than eager's ``bernoulli_`` (another mask for the same seed); ``SDPA`` with
+``dropout_p > 0`` likewise; and ``F.dropout1d``/``2d``/``3d``, ``F.alpha_dropout``, ``F.feature_alpha_dropout``,
+``torch.dropout`` & co. (thunder's automatic registrations) run eager's function forward but differentiate it by
+running it again in the backward: a second mask, so the gradient is not the forward's, and the generator is left two
+draws ahead of eager's.
+
+How: the op runs as the torch function itself, forward, on the real tensors (with eager's ``requires_grad`` flags, so
+that eager's kernel choice is the same), and returns with its output the state of the generator it draws from (torch's
+CPU generator or the tensors' CUDA device's), taken just before. Its backward sets that generator to the saved state,
+runs the function again under eager's autograd (the same numbers, so the same mask: the forward's), differentiates it,
+and puts the generator back as it found it, as ``torch.utils.checkpoint`` does with ``preserve_rng_state``. Forward and
+backward are then eager's bit for bit, and the generator ends where eager leaves it. Without grad the op is the torch
+function itself. Declined (thunder's as before): dropout that is not random (``training=False``, ``p == 0``), inputs
+off CPU and CUDA, tensor subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import thunder.torch as ltorch
+import torch
+import torch.nn.functional as F
+from thunder.core import devices, dtypes
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor
+
+from thunderplug.eager.output_grads import requires_grad
+from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.tracing.fake import to_torch_value
+
+#: thunder's automatic registrations of random torch functions (their backward runs the function again)
+_REGISTERED = (
+    F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout, F.gumbel_softmax,
+    torch.dropout, torch.alpha_dropout, torch.feature_dropout, torch.feature_alpha_dropout,
+)
+
+
+def _generator(device: torch.device) -> torch.Generator:
+    """The generator eager's kernels on ``device`` draw from."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    return torch.default_generator
+
+
+def _device(args: tuple, kwargs: dict) -> torch.device | None:
+    for a in tree_flatten((args, kwargs))[0]:
+        if isinstance(a, TensorProxy):
+            return devices.to_torch_device(a.device)
+        if isinstance(a, torch.Tensor):
+            return a.device
+    return None
+
+
+def _plain(args: tuple, kwargs: dict) -> bool:
+    """Plain tensors (no subclass) on CPU or CUDA."""
+    tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TensorProxy)]
+    return bool(tensors) and all(
+        type(t) is TensorProxy and devices.to_torch_device(t.device).type in ("cpu", "cuda") for t in tensors
+    )
+
+
+def _leaves(args: tuple, kwargs: dict) -> tuple[tuple[int | str, ...], ...]:
+    """The positions (and keywords) of the float tensors the trace's data flow says may require grad, grouped by
+    tensor (one passed twice, SDPA's ``q, q, q``, is one leaf, as in eager)."""
+    found: dict[str, list[int | str]] = {}
+    for key, a in (*enumerate(args), *kwargs.items()):
+        if isinstance(a, TensorProxy) and dtypes.is_float_dtype(a.dtype) and requires_grad(a) is not False:
+            found.setdefault(a.name, []).append(key)
+    return tuple(tuple(keys) for keys in found.values())
+
+
+def _get(args: tuple, kwargs: dict, key: int | str) -> Any:
+    return args[key] if isinstance(key, int) else kwargs[key]
+
+
+def _call(fn: Callable[..., Any], leaves: tuple, args: tuple, kwargs: dict) -> tuple[torch.Tensor, list]:
+    """``fn`` on the real tensors under eager's autograd, with the tensors at each group of ``leaves`` one detached
+    leaf."""
+    args, kwargs, found = list(args), dict(kwargs), []
+    for keys in leaves:
+        leaf = _get(args, kwargs, keys[0]).detach().requires_grad_()
+        for key in keys:
+            if isinstance(key, int):
+                args[key] = leaf
+            else:
+                kwargs[key] = leaf
+        found.append(leaf)
+    with torch.enable_grad():
+        return fn(*args, **kwargs), found
+
+
+def _meta(fn: Callable[..., Any], args: tuple, kwargs: dict) -> TensorProxy:
+    """The output's metadata from ``fn`` on meta tensors."""
+
+    def meta(a: Any) -> Any:
+        if isinstance(a, TensorProxy):
+            return torch.empty(tuple(a.shape), dtype=dtypes.to_torch_dtype(a.dtype), device="meta")
+        return to_torch_value(a)
+
+    with torch.no_grad():
+        out = fn(*tree_map(meta, args), **tree_map(meta, kwargs))
+    like = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TensorProxy))
+    return TensorProxy(like=like, shape=tuple(out.shape), dtype=dtypes.to_dtype(out.dtype), requires_grad=False)
+
+
+def _register(executor: OperatorExecutor, name: str, fn: Callable[..., Any]) -> tuple[Any, Callable[..., Any]]:
+    """The operators ``eager_random_<name>`` (no grad), ``..._forward`` (with the generator's state) and
+    ``..._backward``; returns the first and the gradient rule calling the other two."""
+
+    def state_meta(args: tuple, kwargs: dict) -> TensorProxy:
+        state = _generator(_device(args, kwargs)).get_state()
+        return TensorProxy(shape=tuple(state.shape), device=devices.cpu, dtype=dtypes.uint8, requires_grad=False)
+
+    def forward_meta(leaves: tuple, *args: Any, **kwargs: Any) -> tuple[TensorProxy, TensorProxy]:
+        return _meta(fn, args, kwargs), state_meta(args, kwargs)
+
+    def forward_run(leaves: tuple, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        state = _generator(_device(args, kwargs)).get_state()
+        out, _ = _call(fn, leaves, args, kwargs)
+        return out.detach(), state
+
+    def backward_meta(leaves: tuple, state: Any, grad: Any, *args: Any, **kwargs: Any) -> tuple[TensorProxy, ...]:
+        return tuple(TensorProxy(like=_get(args, kwargs, keys[0]), requires_grad=False) for keys in leaves)
+
+    def backward_run(leaves: tuple, state: torch.Tensor, grad: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+        generator = _generator(_device(args, kwargs))
+        now = generator.get_state()
+        generator.set_state(state)
+        try:
+            out, found = _call(fn, leaves, args, kwargs)
+            grads = torch.autograd.grad(out, found, grad, allow_unused=True)
+        finally:
+            generator.set_state(now)
+        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(found, grads))
+
+    plain = executor.register_operator(f"eager_random_{name}", meta=lambda *a, **k: _meta(fn, a, k), fn=fn)
+    forward = executor.register_operator(f"eager_random_{name}_forward", meta=forward_meta, fn=forward_run)
+    backward = executor.register_operator(f"eager_random_{name}_backward", meta=backward_meta, fn=backward_run)
+
+    def grad(*args: Any, **kwargs: Any) -> Any:
+        leaves = _leaves(args, kwargs)
+        if not leaves:
+            return plain(*args, **kwargs)
+        out, state = forward(leaves, *args, **kwargs)
+        for keys, found in zip(leaves, backward(leaves, state, get_grad(out), *args, **kwargs)):
+            put_grad(_get(args, kwargs, keys[0]), found)
+        return out
+
+    return plain, grad
+
+
+def _dropout_random(a: Any, p: Any = 0.5, training: bool = True, inplace: bool = False) -> bool:
+    return training and not inplace and p != 0
+
+
+def _sdpa_random(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, *_: Any, **__: Any) -> bool:
+    return dropout_p != 0.0
+
+
+def _rrelu_random(a: Any, lower: float = 0.125, upper: float = 1 / 3, training: bool = False,
+                  inplace: bool = False) -> bool:
+    return training and not inplace
+
+
+def register(executor: OperatorExecutor) -> None:
+    """The rules above on ``executor``: for ``ltorch.dropout``, ``ltorch.scaled_dot_product_attention`` and
+    ``ltorch.rrelu`` where they draw random numbers, and for thunder's registrations of :data:`_REGISTERED`."""
+    symbols = torch_to_thunder_function_map()
+    cases: list[tuple[Any, str, Callable[..., Any], Callable[..., bool]]] = [
+        (ltorch.dropout, "dropout", F.dropout, _dropout_random),
+        (ltorch.scaled_dot_product_attention, "sdpa", F.scaled_dot_product_attention, _sdpa_random),
+        (ltorch.rrelu, "rrelu", F.rrelu, _rrelu_random),
+    ]
+    for function in _REGISTERED:
+        symbol = symbols.get(function)
+        if symbol is not None:
+            cases.append((symbol, f"{function.__module__.rsplit('.', 1)[-1]}_{function.__name__}", function,
+                          lambda *a, **k: True))
+    for symbol, name, fn, random in cases:
+        plain, grad = _register(executor, name, fn)
+
+        def checker(*args: Any, _random: Callable[..., bool] = random, **kwargs: Any) -> bool:
+            return _plain(args, kwargs) and _random(*args, **kwargs)
+
+        executor.register_implementation(
+            symbol, checker=checker, execution_transform=lambda *a, _p=plain, **k: _p(*a, **k), grad_transform=grad
+        )

@@ -1,0 +1,136 @@
+"""Issue 42's silently wrong idioms under discover(): each trains 3 AdamW steps as in eager (losses, gradients,
+parameters, buffers and torch's generator bit for bit), or breaks the graph / raises by name and line.
+
+Random ops: dropout in every form and SDPA with ``dropout_p`` draw eager's numbers under grad and their backward
+reuses the forward's mask (``thunderplug_aten_ops.random_ops``); stock thunder draws others.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import thunderplug
+
+SEED = 1234
+
+
+def _exact(a, b) -> None:
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _train(model: nn.Module, inputs: list[tuple], *, stock: bool = False) -> None:
+    """3 AdamW steps of ``model`` eager and jitted, from the same seed each step: losses, every gradient, parameter and
+    buffer, and the CPU generator's state after each backward, bit for bit."""
+    eager, jitted_model = model, copy.deepcopy(model)
+    jitted = thunder.jit(jitted_model) if stock else thunder.jit(jitted_model, executors=thunderplug.discover())
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (eager, jitted_model)]
+    for step, args in enumerate(inputs):
+        results = []
+        for run, optimizer in zip((eager, jitted), optimizers):
+            torch.manual_seed(SEED + step)
+            loss = run(*args).square().mean()
+            loss.backward()
+            results.append((loss.detach(), torch.get_rng_state()))
+            optimizer.step()
+        (loss_e, state_e), (loss_j, state_j) = results
+        _exact(loss_j, loss_e)
+        assert torch.equal(state_j, state_e), "the generator is not where eager leaves it"
+        for p_e, p_j in zip(eager.parameters(), jitted_model.parameters()):
+            _exact(p_j.grad, p_e.grad)
+            _exact(p_j, p_e)
+        for b_e, b_j in zip(eager.buffers(), jitted_model.buffers()):
+            _exact(b_j, b_e)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+
+
+class _Apply(nn.Module):
+    """A linear layer, then ``fn`` of its output (and of the other inputs)."""
+
+    def __init__(self, fn, features: int = 8):
+        super().__init__()
+        self.fn = fn
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x, *rest):
+        return self.fn(self.linear(x), *rest)
+
+
+def _attention(h):
+    q = h.reshape(1, 2, 3, 4)
+    return F.scaled_dot_product_attention(q, q.sin(), q.cos(), dropout_p=0.3)
+
+
+def _attention_mask(h, mask):
+    q = h.reshape(1, 2, 6, 2)
+    return F.scaled_dot_product_attention(q, q.sin(), q.cos(), attn_mask=mask, dropout_p=0.2, scale=0.7)
+
+
+RANDOM_PROGRAMS = {
+    "F.dropout": (lambda h: F.dropout(h, 0.5, training=True), (4, 8)),
+    "nn.Dropout": (nn.Sequential(nn.Dropout(0.3), nn.GELU(), nn.Dropout(0.1)), (4, 8)),
+    "two dropouts and torch.rand between": (
+        lambda h: F.dropout(h, 0.5) * torch.rand(h.shape) + F.dropout(h.tanh(), 0.2) + torch.randn_like(h), (4, 8)),
+    "F.dropout1d": (lambda h: F.dropout1d(h.reshape(2, 2, 8), 0.5), (4, 8)),
+    "F.dropout2d": (lambda h: F.dropout2d(h.reshape(2, 2, 2, 4), 0.5), (4, 8)),
+    "F.dropout3d": (lambda h: F.dropout3d(h.reshape(1, 2, 2, 2, 4), 0.5), (4, 8)),
+    "nn.Dropout2d": (lambda h: nn.Dropout2d(0.4)(h.reshape(2, 4, 2, 2)), (4, 8)),
+    "F.alpha_dropout": (lambda h: F.alpha_dropout(h, 0.4, training=True), (4, 8)),
+    "nn.AlphaDropout": (lambda h: nn.AlphaDropout(0.4)(h), (4, 8)),
+    "F.feature_alpha_dropout": (lambda h: F.feature_alpha_dropout(h.reshape(2, 2, 2, 4), 0.4, training=True), (4, 8)),
+    "F.rrelu training": (lambda h: F.rrelu(h, training=True), (4, 8)),
+    "F.gumbel_softmax": (lambda h: F.gumbel_softmax(h, tau=0.5), (4, 8)),
+    "bfloat16 dropout": (lambda h: F.dropout(h.bfloat16(), 0.5).float(), (4, 8)),
+    "SDPA dropout_p": (_attention, (3, 8)),
+    "SDPA dropout_p, float mask, scale": (_attention_mask, (3, 8)),
+    "SDPA dropout_p q=k=v": (lambda h: F.scaled_dot_product_attention(*(h.reshape(1, 2, 6, 2),) * 3, dropout_p=0.5),
+                             (3, 8)),
+}
+
+
+def _random_program(name: str) -> tuple[nn.Module, list[tuple]]:
+    fn, shape = RANDOM_PROGRAMS[name]
+    torch.manual_seed(0)
+    model = _Apply(fn, shape[-1]) if not isinstance(fn, nn.Module) else nn.Sequential(nn.Linear(8, 8), fn)
+    inputs = [(torch.randn(shape),) for _ in range(3)]
+    if "mask" in name:
+        inputs = [(x, torch.randn(6, 6)) for (x,) in inputs]
+    return model, inputs
+
+
+@pytest.mark.parametrize("name", list(RANDOM_PROGRAMS))
+def test_random_ops_draw_eagers_numbers(name):
+    """The same mask as eager's for the same seed, the backward through the forward's mask, the generator left where
+    eager leaves it (silently different before: thunder's ``uniform`` for dropout under grad, a second draw in the
+    backward of the automatic registrations)."""
+    model, inputs = _random_program(name)
+    _train(model, inputs)
+
+
+@pytest.mark.parametrize("name", ["F.dropout", "F.dropout2d", "SDPA dropout_p"])
+def test_stock_thunder_draws_other_numbers(name):
+    """What the tests above guard against: stock thunder's losses or gradients differ from eager's."""
+    model, inputs = _random_program(name)
+    with pytest.raises(AssertionError):
+        _train(model, inputs, stock=True)
+
+
+def test_random_ops_without_grad_and_in_eval():
+    """No grad: the torch function itself; eval mode: no random numbers at all (thunder's, as before)."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Dropout2d(0.5))
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    x = torch.randn(2, 8, 4, 8)
+    for train in (True, False):
+        model.train(train)
+        with torch.no_grad():
+            torch.manual_seed(3)
+            expected, state = model(x), torch.get_rng_state()
+            torch.manual_seed(3)
+            _exact(jitted(x), expected)
+            assert torch.equal(torch.get_rng_state(), state)
