@@ -16,10 +16,20 @@ Which ops join a region, and why:
   whose rounding is already coarse, is fused;
 * no random numbers (inductor draws its own stream, so dropout masks would differ from eager's)
   and no in-place writes (thunder orders those itself).
+
+What a backward region recomputes: thunder's rematerialization runs on the joint trace and moves forward
+work into the backward region wherever that saves memory; it keeps only the outputs of ops tagged
+``MATMUL_OP``, ``REDUCTION_OP`` or ``RANDOM_OP``. The kernels the regions hold (eager's ``linear`` and
+SDPA, ATen overloads, ``_scaled_mm``) carry no tag, so a GPT block's backward region recomputed 5 of its 6
+linears and the SDPA forward (issue 43). :func:`never_recomputed` names the compute-bound ops (matrix
+products, attention, convolutions), which :meth:`CudaRegionExecutor.fuse` tags ``MATMUL_OP``: as in
+torch.compile's min-cut partitioner, their outputs (or smaller tensors computed from them) are saved, while
+cheap elementwise work may still be recomputed.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +40,7 @@ from thunder.core.codeutils import SigInfo
 from thunder.core.proxies import Proxy, TensorProxy, unvariableify
 from thunder.core.pytree import tree_map
 from thunder.core.rematerialization import rematerialize
-from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.symbol import BoundSymbol, Symbol, has_tags
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.core.transform_common import dce
 from thunder.executors.data_dependent_partition import Node, fuse_bound_symbols
@@ -77,6 +87,48 @@ _RANDOM_WORDS = frozenset(
         "cauchy",
     }
 )
+
+
+#: words of an op's name that mean it is compute-bound: matrix products (``mm``, ``addmm``, ``bmm``,
+#: ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``), attention (SDPA in every form: thunder's,
+#: ATen's flash/efficient/cuDNN/CPU kernels, eager's) and convolutions
+_COMPUTE_BOUND_WORDS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "addbmm",
+        "baddbmm",
+        "bmm",
+        "matmul",
+        "linear",
+        "bilinear",
+        "sdpa",
+        "attention",
+        "conv",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "convolution",
+    }
+)
+
+#: the tag thunder's rematerialization keeps the outputs of (with reductions and random ops)
+_KEPT = prims.OpTags.MATMUL_OP
+
+
+def never_recomputed(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` is compute-bound, so that a backward region reads its outputs rather than
+    recomputing it: thunder's own matmul prims (tagged), or an op whose name says so."""
+    if has_tags(bsym, {_KEPT}):
+        return True
+    return not _COMPUTE_BOUND_WORDS.isdisjoint(re.split(r"[^a-z0-9]+", bsym.sym.name.lower()))
+
+
+def _tagged_never_recomputed(bsym: BoundSymbol) -> BoundSymbol:
+    """``bsym``, tagged for thunder's rematerialization as an op whose outputs are kept if it is compute-bound."""
+    if not never_recomputed(bsym) or has_tags(bsym, {_KEPT}):
+        return bsym
+    return bsym.from_bsym(tags=bsym.tags | {_KEPT})
 
 
 def _tensors(bsym: BoundSymbol) -> list[TensorProxy]:
@@ -197,9 +249,10 @@ class CudaRegionExecutor(TorchCompileExecutor):
         inputs = [unvariableify(x) for x in region.inputs]
         outputs = [unvariableify(x) for x in region.outputs]
         name = f"CudaRegion{fusion_counter}"
-        compiled = compile_region(region.bound_symbols, inputs, outputs, self.backend)
+        bsyms = [_tagged_never_recomputed(bsym) for bsym in region.bound_symbols]
+        compiled = compile_region(bsyms, inputs, outputs, self.backend)
         symbol = Symbol(name, meta=None, is_fusion=True, executor=self)
-        return BoundSymbol(symbol, inputs, {}, outputs, region.bound_symbols, _call_ctx={name: compiled})
+        return BoundSymbol(symbol, inputs, {}, outputs, bsyms, _call_ctx={name: compiled})
 
 
 def build_executor() -> CudaRegionExecutor:
