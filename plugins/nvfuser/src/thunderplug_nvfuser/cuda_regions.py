@@ -13,7 +13,10 @@ Which ops join a region, and why:
   miscompiles float8, ``cpu_fallback``);
 * a region is compiled only if one of its tensors is 16-bit or 8-bit floating point: an fp32 program
   stays op by op and bit-identical to eager, while bf16 and float8 work (its fp32 scales included),
-  whose rounding is already coarse, is fused;
+  whose rounding is already coarse, is fused. ``fuse_fp32=True`` (``THUNDERPLUG_CUDA_FUSE_FP32=1``)
+  compiles groups with an fp32 tensor too: inductor's fused kernels round and sum in their own order, so
+  fp32 values and gradients are then within a stated tolerance of eager's, no longer bit-identical
+  (:data:`FP32_TOLERANCE`); float64-only groups stay op by op;
 * no random numbers (inductor draws its own stream, so dropout masks would differ from eager's)
   and no in-place writes (thunder orders those itself).
 
@@ -131,6 +134,13 @@ def _tagged_never_recomputed(bsym: BoundSymbol) -> BoundSymbol:
     return bsym.from_bsym(tags=bsym.tags | {_KEPT})
 
 
+#: how far fp32 regions (``fuse_fp32=True``) may be from eager, for ``torch.testing.assert_close``: inductor
+#: reorders and fuses reductions (LayerNorm, softmax, gradient sums) and keeps intermediates in registers
+#: instead of rounding them to memory, so results differ by float32 rounding steps; measured on CPU on a GPT
+#: block's output and gradients (tests/test_cuda_plan_recompute.py), and asserted there
+FP32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
 def _tensors(bsym: BoundSymbol) -> list[TensorProxy]:
     return [v for v in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs) if isinstance(v, TensorProxy)]
 
@@ -153,9 +163,11 @@ def why_not_fused(bsym: BoundSymbol, device_type: str = "cuda") -> str | None:
     return None
 
 
-def is_low_precision(bsyms: Sequence[BoundSymbol]) -> bool:
-    """Whether a group of ops reads or writes a 16-bit or 8-bit floating tensor (else it stays op by op)."""
-    return any(dtypes.to_dtype(t.dtype) in _LOW_PRECISION for bsym in bsyms for t in _tensors(bsym))
+def is_low_precision(bsyms: Sequence[BoundSymbol], *, fp32: bool = False) -> bool:
+    """Whether a group of ops reads or writes a 16-bit or 8-bit floating tensor (or, with ``fp32``, a
+    float32 one); else it stays op by op."""
+    fused = _LOW_PRECISION | {dtypes.float32} if fp32 else _LOW_PRECISION
+    return any(dtypes.to_dtype(t.dtype) in fused for bsym in bsyms for t in _tensors(bsym))
 
 
 def _with_torch_constants(bsym: BoundSymbol) -> BoundSymbol:
@@ -214,13 +226,22 @@ class CudaRegionExecutor(TorchCompileExecutor):
     """thunder's torch.compile fusion pass over the ops :func:`why_not_fused` admits.
 
     ``backend`` and ``device_type`` exist for the CPU tests (``aot_eager`` on CPU tensors runs the
-    same regions without inductor's kernels); users get inductor on CUDA.
+    same regions without inductor's kernels); users get inductor on CUDA. ``fuse_fp32`` fuses fp32
+    groups too (the opt-in ``THUNDERPLUG_CUDA_FUSE_FP32=1``), within :data:`FP32_TOLERANCE` of eager.
     """
 
-    def __init__(self, name: str = NAME, *, backend: str | Callable = "inductor", device_type: str = "cuda"):
+    def __init__(
+        self,
+        name: str = NAME,
+        *,
+        backend: str | Callable = "inductor",
+        device_type: str = "cuda",
+        fuse_fp32: bool = False,
+    ):
         super().__init__(name)
         self.backend = backend
         self.device_type = device_type
+        self.fuse_fp32 = fuse_fp32
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
         return why_not_fused(bsym, self.device_type) is None
@@ -229,12 +250,13 @@ class CudaRegionExecutor(TorchCompileExecutor):
         return False
 
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
-        """thunder's torch.compile fusion pass, compiling only the low-precision groups."""
+        """thunder's torch.compile fusion pass, compiling only the low-precision groups (and fp32 ones
+        with ``fuse_fp32``)."""
         producers, consumers = utils.producers_and_consumers(trace)
         groups = fuse_bound_symbols(trace, lambda a, b: all(self._fusible_node(n) for n in (a, b)))
         fused: list[BoundSymbol] = []
         for group in groups:
-            if (len(group) == 1 and not self.can_fuse(group[0])) or not is_low_precision(group):
+            if (len(group) == 1 and not self.can_fuse(group[0])) or not is_low_precision(group, fp32=self.fuse_fp32):
                 fused.extend(group)
             else:
                 fused.append(self.fuse(Region(producers, consumers, group), len(fused)))
@@ -255,5 +277,5 @@ class CudaRegionExecutor(TorchCompileExecutor):
         return BoundSymbol(symbol, inputs, {}, outputs, bsyms, _call_ctx={name: compiled})
 
 
-def build_executor() -> CudaRegionExecutor:
-    return CudaRegionExecutor()
+def build_executor(*, fuse_fp32: bool = False) -> CudaRegionExecutor:
+    return CudaRegionExecutor(fuse_fp32=fuse_fp32)

@@ -3,7 +3,9 @@
 * ``nvfuser``: thunder's nvFuser executor, where CUDA and nvFuser are present;
 * ``torchcompile_cuda``: where CUDA is present and nvFuser is not (no wheel is served for torch 2.10
   and newer), on by default: runs of the claimed bf16/float8 ops as torch.compile (inductor) regions
-  (``cuda_regions``; ``discover(exclude=["torchcompile_cuda"])`` turns it off);
+  (``cuda_regions``; ``discover(exclude=["torchcompile_cuda"])`` turns it off); fp32 programs stay op by
+  op, bit-identical to eager, unless ``THUNDERPLUG_CUDA_FUSE_FP32=1`` fuses them too (within
+  ``cuda_regions.FP32_TOLERANCE`` of eager);
 * ``torchcompile_no_fp8``: on CPU, thunder's torch.compile fuser with float8 operations kept
   out of it (``cpu_fallback``), opt-in with ``THUNDERPLUG_CPU_FUSION=1``: on CPU an inductor region
   costs more per call than it saves on small programs (benchmarks/overhead.py: ``x + 1`` took 1.9x
@@ -22,6 +24,7 @@ from thunderplug.plugin_api.availability import cuda_unavailable_reason
 from thunderplug.plugin_api.settings import flag
 
 CPU_FUSION = "THUNDERPLUG_CPU_FUSION"
+CUDA_FUSE_FP32 = "THUNDERPLUG_CUDA_FUSE_FP32"
 
 
 def nvfuser_unavailable_reason() -> str | None:
@@ -64,7 +67,7 @@ def _nvfuser_executor():
 def _cuda_regions_executor():
     from thunderplug_nvfuser import cuda_regions
 
-    return cuda_regions.build_executor()
+    return cuda_regions.build_executor(fuse_fp32=flag(os.environ, CUDA_FUSE_FP32))
 
 
 def _fallback_executor():
