@@ -11,7 +11,9 @@ thunderplug's executors injected into every ``thunder.jit``; outcomes compared p
 
 How each mode runs is in ``scripts/thunder_suite_plugin.py`` (a pytest plugin loaded into thunder's
 test session). A *regression* is a test that passes stock and does not pass in a thunderplug mode;
-an *improvement* one that fails stock and passes. A regression listed in :data:`EXPECTED` (stock
+an *improvement* one that fails stock and passes. A stock ``xfailed`` counts as green for regressions (failing
+in another way in a mode is one) and as failing for improvements (passing in a mode, also as a strict xfail's
+``XPASS(strict)``, is one: recorded, not hidden). A regression listed in :data:`EXPECTED` (stock
 thunder wrong against eager, thunderplug right) is reported as expected, with its reason and the
 test of eager's behaviour in tests/test_thunder_suite.py; every other one makes the script exit 1.
 A test that crashes the process or runs past ``--timeout`` is recorded as ``crashed`` and the run
@@ -40,6 +42,8 @@ BOUNDED_IDS = PLUGIN_DIR / "thunder_suite_bounded.txt"
 MODES = ("stock", "patches", "discover")
 PASSING = {"passed"}
 FAILING = {"failed", "error", "crashed"}
+#: a strict xfail that passed: pytest fails the test, but what it tests now works
+XPASSED = {"xpassed", "xpassed-strict"}
 
 #: The files of the full slice (issue 23's CPU slice), each with the rule that keeps a collected id.
 FULL_FILES = (
@@ -61,8 +65,9 @@ FULL_FILES = (
 #: The ops of test_ops.py and test_grad.py in the full slice (OpInfo names), run in these dtypes.
 OPS = (
     "abs", "add", "amax", "avg_pool2d", "batch_norm", "cat_wrapper", "conv2d", "cross_entropy", "cumsum", "div",
-    "embedding", "exp", "gather", "gelu", "getitem", "group_norm", "index_add", "index_copy", "layer_norm", "linear",
-    "log", "log_softmax", "masked_fill", "matmul", "max_pool1d", "max_pool2d", "max_pool3d", "mean", "mul",
+    "embedding", "exp", "gather", "gelu", "getitem", "group_norm", "index_add", "index_copy", "interpolate",
+    "layer_norm", "linear", "log", "log_softmax", "masked_fill", "matmul", "max_pool1d", "max_pool2d", "max_pool3d",
+    "mean", "mul",
     "nll_loss", "permute", "relu", "reshape", "rsqrt", "scaled_dot_product_attention", "scatter_add", "sigmoid",
     "sin", "softmax", "sum", "tanh", "topk", "transpose", "var_mean", "where",
 )  # fmt: skip
@@ -123,6 +128,17 @@ ONCE_REGRESSED = (
     #    tests/test_whole_model_reuse.py checks the behaviour)
     "test_jit_general.py::test_litgpt",
     "test_jit_general.py::test_litgpt_variants[cpu-llama2-like]",
+    # 8. (issue 42) two operators of one name on one executor: the composite's eager_interpolate ran the
+    #    interpolate_modes execution of that name
+    "test_ops.py::test_core_vs_torch_consistency_interpolate_torch_cpu_thunder.dtypes.float32",
+    # 9. (issue 42) ltorch.where jitted itself: thunder's refusal text lost in the graph-break error
+    "test_ops.py::test_errors_where_torch_cpu_thunder.dtypes.bool8",
+    "test_ops.py::test_errors_where_torch_cpu_thunder.dtypes.float32",
+    "test_ops.py::test_errors_where_torch_cpu_thunder.dtypes.int64",
+    # 10. (issue 42) graph-broken at MoE's data-dependent ops: no prologue traces (IndexError in the test), and a
+    #     strict xfail that now passes (an improvement, no longer a failure to the comparison)
+    "test_jit_general.py::test_litgpt_variants[cpu-mixtral-like]",
+    "test_jit_general.py::test_litgpt_variants_kvcache[cpu-mixtral-like]",
 )
 
 
@@ -252,9 +268,9 @@ def compare(stock: dict[str, dict], other: dict[str, dict], mode: str) -> Compar
     regressions, expected, improvements = [], [], []
     for test_id in sorted(stock):
         before, after = stock[test_id]["outcome"], other.get(test_id, {}).get("outcome", "not run")
-        if before in PASSING and after not in PASSING:
+        if (before in PASSING and after not in PASSING) or (before == "xfailed" and after in FAILING):
             (expected if test_id in EXPECTED else regressions).append(test_id)
-        elif before in FAILING and after in PASSING:
+        elif before in FAILING | {"xfailed"} and after in PASSING | XPASSED:
             improvements.append(test_id)
     return Comparison(mode, regressions, expected, improvements)
 

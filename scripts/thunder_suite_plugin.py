@@ -10,8 +10,8 @@ Loaded with ``-p thunder_suite_plugin`` (``scripts/`` on ``PYTHONPATH``); config
   an explicit list ``L`` becomes ``discover(include_defaults=False) + L``; ``thunder.compile``,
   ``ThunderCompiler`` and the tests' ``make_callable`` all call ``thunder.jit`` and so get them too).
 * ``THUNDER_SUITE_RECORD``: a JSON-lines file; each test adds ``{"start": id}`` when it starts and
-  ``{"id", "outcome", "message"}`` when it ends, flushed at once, so a test that kills the process is
-  known by its ``start`` alone.
+  ``{"id", "outcome", "message", "seconds", "cpu"}`` when it ends (wall and user+sys CPU seconds), flushed
+  at once, so a test that kills the process is known by its ``start`` alone.
 * ``THUNDER_SUITE_COLLECTED``: optional file the collected test ids are written to (one a line).
 * ``THUNDER_SUITE_SELECT``: optional file of test ids (one a line) to run; the others are deselected.
 * ``THUNDER_SUITE_DONE``: optional file of test ids to deselect: a rerun after a crash.
@@ -25,6 +25,7 @@ import faulthandler
 import functools
 import json
 import os
+import resource
 import time
 from typing import Any
 
@@ -95,7 +96,7 @@ def _ids(variable: str) -> set[str] | None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     _write({"start": item.nodeid})
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), _cpu_seconds()
     timeout = float(os.environ.get("THUNDER_SUITE_TIMEOUT", "0") or 0)
     if timeout > 0:
         faulthandler.dump_traceback_later(timeout, exit=True)
@@ -106,7 +107,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             faulthandler.cancel_dump_traceback_later()
     reports = _reports.pop(item.nodeid, [])
     outcome, message = _outcome(reports)
-    _write({"id": item.nodeid, "outcome": outcome, "message": message, "seconds": time.monotonic() - started})
+    _write({
+        "id": item.nodeid, "outcome": outcome, "message": message, "seconds": time.monotonic() - started,
+        "cpu": _cpu_seconds() - cpu_started,
+    })  # fmt: skip
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process (every thread) and of its finished children: what a test
+    costs whatever else the machine runs, where wall time grows with the other processes' load."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -114,9 +125,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
-    """One of passed, failed, error (setup or teardown failed), skipped, xfailed, xpassed; and the
-    first line of what failed."""
+    """One of passed, failed, error (setup or teardown failed), skipped, xfailed, xpassed, xpassed-strict (a
+    strict xfail that passed, which pytest reports as failed); and the first line of what failed."""
     for report in reports:
+        if report.failed and report.when == "call" and str(report.longrepr).startswith("[XPASS(strict)]"):
+            return "xpassed-strict", str(report.longrepr)[:200]
         if report.failed:
             kind = "failed" if report.when == "call" else "error"
             return kind, _first_line(report)

@@ -91,6 +91,8 @@ def test_functions_with_data_dependent_ops_match_eager_call_after_call(fn):
             _assert_same_as_eager(fn, jitted, (x, w))
     assert len(counts) > 1  # the masks selected different numbers of elements
     assert record_of(jitted).graph_parts and thunder.last_traces(jitted) == []
+    # the prologue is the first graph's (thunder's test_litgpt_variants reads it: IndexError before)
+    assert thunder.last_prologue_traces(jitted) == thunder.last_prologue_traces(record_of(jitted).graph_parts[0])
 
 
 #: torch calls whose result's shape depends on values, other than indexing with a mask: thunder's automatic
@@ -273,3 +275,11 @@ def test_modules_built_inside_after_dynamo_ran_are_tagged_without_interpreting_d
     x = torch.randn(3, 4)
     jitted = thunder.jit(builds_a_module, executors=thunderplug.discover(quiet=True))
     assert torch.equal(jitted(x), x.relu() * 2)
+
+
+def test_a_thunder_symbol_jitted_itself_keeps_thunders_refusal():
+    """thunder's test_errors_where jits ``ltorch.where`` itself and expects its error: a symbol cannot run through
+    Dynamo, so no graph break is made, and the error says what stock thunder's says (it did not match before)."""
+    jitted = thunder.jit(thunder.torch.where, executors=thunderplug.discover(quiet=True))
+    with pytest.raises(NotImplementedError, match=r"torch.where\(\) does not support only specifying a condition"):
+        jitted(torch.randn(5) > 0)

@@ -73,11 +73,15 @@ def test_compare_separates_regressions_expected_differences_and_improvements(mon
         thunder_suite.EXPECTED, "t.py::right", thunder_suite.Expected("stock is wrong", "test_eager_behaviour")
     )
     stock = {i: {"outcome": o} for i, o in [("t.py::a", "passed"), ("t.py::b", "failed"), ("t.py::right", "passed"),
-                                            ("t.py::c", "passed"), ("t.py::d", "skipped")]}  # fmt: skip
+                                            ("t.py::c", "passed"), ("t.py::d", "skipped"), ("t.py::x1", "xfailed"),
+                                            ("t.py::x2", "xfailed"), ("t.py::x3", "xfailed")]}  # fmt: skip
     other = {i: {"outcome": o} for i, o in [("t.py::a", "crashed"), ("t.py::b", "passed"), ("t.py::right", "failed"),
-                                            ("t.py::c", "passed"), ("t.py::d", "skipped")]}  # fmt: skip
+                                            ("t.py::c", "passed"), ("t.py::d", "skipped"), ("t.py::x1", "failed"),
+                                            ("t.py::x2", "xpassed-strict"), ("t.py::x3", "xfailed")]}  # fmt: skip
     result = thunder_suite.compare(stock, other, "discover")
-    assert (result.regressions, result.expected, result.improvements) == (["t.py::a"], ["t.py::right"], ["t.py::b"])
+    # a stock xfail failing otherwise is a regression; passing (a strict XPASS) an improvement
+    assert (result.regressions, result.expected, result.improvements) == (
+        ["t.py::a", "t.py::x1"], ["t.py::right"], ["t.py::b", "t.py::x2"])
 
 
 def test_every_expected_difference_names_a_test_of_eagers_behaviour_here():
@@ -109,14 +113,19 @@ def test_crashing_and_hanging_tests_are_recorded_and_the_run_goes_on(tmp_path):
             @pytest.mark.xfail(reason="known")
             def test_5_xfails():
                 assert False
+
+            @pytest.mark.xfail(reason="fixed since", strict=True)
+            def test_6_xpasses_strictly():
+                pass
             """
         )
     )
     work = tmp_path / "work"
     work.mkdir()
-    ids = [f"test_sample.py::test_{n}" for n in ("1_passes", "2_crashes", "3_hangs", "4_fails", "5_xfails")]
+    ids = [f"test_sample.py::test_{n}" for n in ("1_passes", "2_crashes", "3_hangs", "4_fails", "5_xfails",
+                                                         "6_xpasses_strictly")]
     results = thunder_suite.run_mode(tests, work, "stock", ids, timeout=5)
     assert {i: r["outcome"] for i, r in results.items()} == dict(
-        zip(ids, ["passed", "crashed", "crashed", "failed", "xfailed"])
+        zip(ids, ["passed", "crashed", "crashed", "failed", "xfailed", "xpassed-strict"])
     )
     assert "one is not two" in results[ids[3]]["message"]

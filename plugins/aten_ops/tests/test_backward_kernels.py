@@ -285,3 +285,22 @@ def test_block_three_adamw_steps_bit_identical(plug):
 def test_block_drifts_without_the_executor():
     (_, params_e), (_, params_t) = _block_runs(_executors(with_executor=False))
     assert not all(torch.equal(a, e) for a, e in zip(params_t, params_e))
+
+
+def test_an_executor_refuses_a_second_operator_of_one_name():
+    """thunder keys implementations by the operator's name: a second one silently took over the first's calls."""
+    from thunderplug_aten_ops.eager_kernels import UniqueNamesExecutor
+
+    executor = UniqueNamesExecutor("unique_names_test")
+    executor.register_operator("op", meta=lambda x: x, fn=torch.neg)
+    with pytest.raises(ValueError, match="'unique_names_test' already has an operator named 'op'"):
+        executor.register_operator("op", meta=lambda x: x, fn=torch.abs)
+
+
+@pytest.mark.parametrize("kwargs", [{"scale_factor": 2.0, "mode": "nearest"}, {"size": (6, 5), "mode": "bilinear"}])
+def test_thunders_interpolate_symbol_jitted_under_discover_is_eagers(kwargs):
+    """As thunder's test_core_vs_torch_consistency_interpolate calls it (TypeError: too many positional arguments
+    before: the composite's eager_interpolate ran interpolate_modes' execution of that name)."""
+    x = torch.randn(1, 2, 4, 4)
+    jitted = thunder.jit(thunder.torch.interpolate, executors=thunderplug.discover(quiet=True))
+    torch.testing.assert_close(jitted(x, **kwargs), torch.nn.functional.interpolate(x, **kwargs), rtol=0, atol=0)

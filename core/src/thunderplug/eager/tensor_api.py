@@ -240,14 +240,17 @@ _THUNDER_DATA_DEPENDENT_REFUSALS = ("does not support tensor repeats", "does not
 def as_data_dependent(symbol: Any, error: NotImplementedError) -> DataDependentShapeError | None:
     """The :class:`DataDependentShapeError` for ``symbol``'s failure ``error`` when it failed because the result's
     shape depends on values: thunder's automatic registration ran the torch function on fake tensors, which raised
-    torch's dynamic-output-shape exception, or thunder refused such a form. ``None`` for any other failure."""
+    torch's dynamic-output-shape exception, or thunder refused such a form (its message kept first: where no graph
+    break is made, e.g. ``thunder.jit(ltorch.where)``, the error says what stock thunder's does). ``None`` for any
+    other failure."""
     if isinstance(error, DataDependentShapeError):
         return None
     dynamic = isinstance(error.__cause__, (DynamicOutputShapeException, DataDependentOutputException))
-    if not dynamic and not any(refusal in str(error) for refusal in _THUNDER_DATA_DEPENDENT_REFUSALS):
+    refused = any(refusal in str(error) for refusal in _THUNDER_DATA_DEPENDENT_REFUSALS)
+    if not dynamic and not refused:
         return None
     name = str(symbol.id)
-    return data_dependent(name if "." in name else f"torch.{symbol.name}")
+    return data_dependent(name if "." in name else f"torch.{symbol.name}", refusal=str(error) if refused else "")
 
 
 #: torch functions thunder 0.2.6 has no symbol for, whose result's shape depends on values: what ``torch.unique``

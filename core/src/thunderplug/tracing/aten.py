@@ -342,11 +342,14 @@ def _recorded_location(name: str, args: tuple, kwargs: dict) -> str:
 # -- errors -----------------------------------------------------------------------------------------
 
 
-def data_dependent(name: str, how: str = "") -> DataDependentShapeError:
-    """The error for op ``name`` (called as ``how``, e.g. ``x[mask]``) whose output shape depends on values."""
+def data_dependent(name: str, how: str = "", refusal: str = "") -> DataDependentShapeError:
+    """The error for op ``name`` (called as ``how``, e.g. ``x[mask]``) whose output shape depends on values;
+    ``refusal``, thunder's own message where thunder refused the call, is kept in it (where the error stands,
+    it still says what thunder says)."""
     location = user_location()
     return DataDependentShapeError(
-        f"{name}{how} has a data-dependent output shape (its size depends on the input's values){location}: "
+        (f"{refusal}: " if refusal else "")
+        + f"{name}{how} has a data-dependent output shape (its size depends on the input's values){location}: "
         "thunder 0.2.6 traces have static shapes, so it cannot be part of a jitted function. Compute it outside "
         "the jitted function and pass the result in, or use a fixed-shape formulation (a boolean mask with "
         "torch.where, or a masked reduction).",

@@ -8,10 +8,14 @@ from then on: each graph Dynamo captures is compiled whole by ``thunder.jit`` wi
 (discover()'s executors), so the code around the op is thunder traces as before, the op and the Python between
 the graphs run eagerly, and torch's autograd joins the graphs' gradients across the break. A
 ``ThunderplugWarning`` names the op and the line once per compilation; ``explain`` shows the graphs' rows
-(``thunder.last_traces`` of the function is ``[]``: it has no trace of its own).
+(``thunder.last_traces`` of the function is ``[]``: it has no trace of its own; ``thunder.last_prologue_traces``
+is the first graph's, the one that receives the function's inputs: what checks them, as thunder's own tests read
+it).
 
-Not broken, the error stands: compilations with thunder ``transforms`` (they apply to one ThunderModule), and
-the graphs themselves (a data-dependent op Dynamo kept in a graph would break again forever).
+Not broken, the error stands: compilations with thunder ``transforms`` (they apply to one ThunderModule), the
+graphs themselves (a data-dependent op Dynamo kept in a graph would break again forever), and a thunder symbol
+jitted itself (``thunder.jit(ltorch.where)``, as thunder's own op tests do): a symbol runs only inside a trace, so
+Dynamo could not run it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import thunder
 import torch
+from thunder.core.symbol import Symbol
 
 from thunderplug.plugin_api.notices import ThunderplugWarning
 from thunderplug.thunder_compat import jit_options
@@ -53,9 +58,10 @@ class _Broken:
             return compiled
 
         self.run = torch.compile(compile_data.fn, backend=backend)
+        self.parts = parts
         self.compile_data = weakref.ref(compile_data)
 
-    def cache_entry(self, args: tuple, kwargs: dict) -> tuple[Any, list, tuple]:
+    def cache_entry(self, args: tuple, kwargs: dict, stats: Any) -> tuple[Any, list, tuple]:
         """What thunder's ``get_computation_and_inputs`` returns: an entry whose computation runs the call
         through Dynamo (no thunder backward: the graphs' own autograd Functions carry the gradients)."""
 
@@ -64,6 +70,8 @@ class _Broken:
             compile_data = self.compile_data()
             if compile_data is not None:  # thunder's jitted function sets this grad mode after the call
                 compile_data.is_grad_enabled = torch.is_grad_enabled()
+            if stats is not None and self.parts:
+                stats.last_prologue_traces = thunder.last_prologue_traces(self.parts[0])
             return (result,)
 
         entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
@@ -103,7 +111,7 @@ def broken_at_data_dependent_ops(original: Callable[..., Any], uses_thunderplug:
             stats = compile_stats_ref()
             if stats is not None:  # no trace of its own: thunder.last_traces says so with [] (explain: the graphs')
                 stats.last_traces, stats.last_backward_traces = [], []
-            return broken[0].cache_entry(args, kwargs)
+            return broken[0].cache_entry(args, kwargs, stats)
 
         return call
 
@@ -113,6 +121,7 @@ def broken_at_data_dependent_ops(original: Callable[..., Any], uses_thunderplug:
 def _breakable(compile_data: Any, uses_thunderplug: Callable[[Any], bool]) -> bool:
     return (
         compile_data is not None
+        and not isinstance(compile_data.fn, Symbol)
         and uses_thunderplug(compile_data)
         and not compile_data.transforms
         and not compile_data.compile_options.get(OPTION, False)

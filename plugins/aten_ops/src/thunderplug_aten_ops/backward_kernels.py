@@ -78,7 +78,7 @@ from thunderplug_aten_ops import (
     scalar_operands,
     torch_forms,
 )
-from thunderplug_aten_ops.eager_kernels import _float, _operator
+from thunderplug_aten_ops.eager_kernels import UniqueNamesExecutor, _float, _operator
 
 EXECUTOR_NAME = "eager_backward_kernels"
 aten = torch.ops.aten
@@ -1330,7 +1330,7 @@ def claimed_symbols() -> tuple[Any, ...]:
 
 def build_executor() -> OperatorExecutor:
     """The executor (not added to thunder's global executor registry: ``discover()`` lists it)."""
-    executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
+    executor = UniqueNamesExecutor(EXECUTOR_NAME, version="0.1.0")
     kernels = _Kernels(executor)
     for symbol, (forward, backward, reads, params) in (*_ACTIVATIONS.items(), *_ATEN_ACTIVATIONS.items()):
         checker, execute, grad = _unary(forward, backward, reads=reads, extra=params, inplace=_INPLACE.get(symbol))

@@ -72,6 +72,19 @@ _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 # -- operators: an ATen overload, its metadata from its meta kernel ------------------------------
 
 
+class UniqueNamesExecutor(OperatorExecutor):
+    """An ``OperatorExecutor`` that refuses an operator name it already has. thunder keys an executor's
+    implementations by the symbol's id, which ``register_operator`` makes the name: a second operator of one
+    name silently shares the first's entry, so the first's calls run the second's execution transform
+    (composites' ``eager_interpolate`` met ``interpolate_modes``' one of that name: ``TypeError: too many
+    positional arguments`` in thunder's ``test_core_vs_torch_consistency_interpolate``)."""
+
+    def register_operator(self, name: str, **kwargs: Any) -> Any:
+        if name in self.opmap:
+            raise ValueError(f"executor {self.name!r} already has an operator named {name!r}")
+        return super().register_operator(name, **kwargs)
+
+
 
 
 def _to_meta(x: Any) -> Any:
@@ -561,7 +574,7 @@ def claimed_symbols() -> tuple[Any, ...]:
 def build_executor() -> OperatorExecutor:
     """The executor, named :data:`EXECUTOR_NAME`; like the ``aten`` executor, not added to thunder's
     registry of executors."""
-    executor = OperatorExecutor(EXECUTOR_NAME, version="0.1.0")
+    executor = UniqueNamesExecutor(EXECUTOR_NAME, version="0.1.0")
     kernels = _Kernels(executor)
     for symbol, (checker, execute, grad) in _RULES.items():
         executor.register_implementation(

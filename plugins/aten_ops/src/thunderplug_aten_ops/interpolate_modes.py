@@ -4,7 +4,8 @@ grad, the ``"linear"``, ``"bicubic"``, ``"trilinear"`` and ``"area"`` modes (``o
 'nearest-exact' and 'bilinear' are supported``), ``align_corners=True`` and an integer ``scale_factor``
 (``scale_factor=2 is expected to be a strictly positive floating point number``).
 
-How: the operator ``eager_interpolate`` replaces ``F.interpolate`` in the compilations that list the executor
+How: the operator ``eager_f_interpolate`` (not ``eager_interpolate``: the composite of
+``ltorch.interpolate`` has that name) replaces ``F.interpolate`` in the compilations that list the executor
 (thunder's ``register_operator(..., replaces=...)``), and ``nn.Upsample`` with it. It runs ``F.interpolate`` itself
 (metadata from the same call on a meta tensor); its gradient is eager's autograd through ``F.interpolate`` on the
 real tensors (``upsample_*_backward``, ``adaptive_avg_pool*``'s for ``"area"``). The forms thunder traced were
@@ -57,9 +58,9 @@ def _interpolate_backward(grad: torch.Tensor, a: torch.Tensor, *rest: Any) -> to
 
 def register(executor: OperatorExecutor) -> None:
     """``eager_interpolate`` (replacing ``F.interpolate``) and its backward on ``executor``."""
-    forward = executor.register_operator("eager_interpolate", meta=_meta, fn=_interpolate, replaces=F.interpolate)
+    forward = executor.register_operator("eager_f_interpolate", meta=_meta, fn=_interpolate, replaces=F.interpolate)
     backward = executor.register_operator(
-        "eager_interpolate_backward", meta=lambda grad, a, *rest: TensorProxy(like=a, requires_grad=False),
+        "eager_f_interpolate_backward", meta=lambda grad, a, *rest: TensorProxy(like=a, requires_grad=False),
         fn=_interpolate_backward)
 
     def execute(*args: Any, **kwargs: Any) -> Any:
