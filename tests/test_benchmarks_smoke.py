@@ -186,3 +186,28 @@ def test_revisions_exports_the_base_and_flags_changed_losses(tmp_path):
     assert script.table(same, "HEAD", args).splitlines()[-1].endswith("| 1.00 | 10.0 | 10.0 | 1.00 | yes |")
     moved = {**same, "this checkout": {"fp32-thunderplug": {**run, "losses": [[2.0, 1.25]]}}}
     assert script.table(moved, "HEAD", args).splitlines()[-1].endswith("| NO |")
+
+
+CUDA_PLAN_SCRIPT = SCRIPT.with_name("cuda_plan.py")
+
+
+def test_cuda_plan_benchmark_smoke_run_prints_its_table_and_writes_its_docs_section(tmp_path):
+    """benchmarks/cuda_plan.py (issue 43 item 3) on a tiny GPT: every variant's row, the targets, and the
+    regions by aot_eager (ATen's kernels) giving eager's losses bit for bit, as discover() does."""
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(CUDA_PLAN_SCRIPT), "--smoke", "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert rows["eager"].endswith("| (reference) |"), proc.stdout
+    assert rows["discover()"].endswith("| bit-identical |"), proc.stdout
+    assert rows["CUDA plan (aot_eager regions)"].endswith("| bit-identical |"), proc.stdout
+    assert "torch.compile inductor" in rows and "CUDA plan (inductor regions)" in rows
+    assert "CUDA plan (inductor) first call / torch.compile's (<= 0.7)" in proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# Benchmarks\n\nkept text\n") and rows["discover()"] in written
