@@ -283,3 +283,59 @@ def test_a_thunder_symbol_jitted_itself_keeps_thunders_refusal():
     jitted = thunder.jit(thunder.torch.where, executors=thunderplug.discover(quiet=True))
     with pytest.raises(NotImplementedError, match=r"torch.where\(\) does not support only specifying a condition"):
         jitted(torch.randn(5) > 0)
+
+
+class _BranchOnItem(torch.nn.Module):
+    """A forward that branches in Python on a value read from a tensor (issue 42: silently wrong before)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.sum().item() > 0:
+            return (self.b(h) * 2).sum()
+        return torch.tanh(self.b(h)).sum()
+
+
+def _train_branching(make, inputs):
+    torch.manual_seed(0)
+    model = _BranchOnItem()
+    run = make(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses, grads = [], []
+    for x in inputs:
+        optimizer.zero_grad()
+        loss = run(x)
+        loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        optimizer.step()
+    return losses, grads, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_branch_on_an_item_value_takes_eagers_branch_on_every_call():
+    """``if h.sum().item() > 0:`` took the else branch on every call, silently (thunder converts the unknown
+    number to False, no check): now the compilation graph-breaks at the branch, every step equal to eager."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(3, 4) * s for s in (1, -1, 1, -1, 1)]
+    expected = _train_branching(lambda m: m, inputs)
+    jit = lambda m: thunder.jit(m, executors=thunderplug.discover(quiet=True))  # noqa: E731
+    with pytest.warns(ThunderplugWarning, match=r"bool\(\) of a number read from a tensor .*test_graph_breaks.py"):
+        actual = _train_branching(jit, inputs)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    with pytest.raises(AssertionError):  # stock thunder: the else branch baked in
+        torch.testing.assert_close(_train_branching(thunder.jit, inputs)[0], expected[0], rtol=0, atol=0)
+
+
+def test_an_item_value_used_without_a_branch_stays_in_the_trace():
+    def scale(x):
+        return x * x.sum().item()
+
+    jitted = thunder.jit(scale, executors=thunderplug.discover(quiet=True))
+    x = torch.randn(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThunderplugWarning)
+        torch.testing.assert_close(jitted(x), scale(x), rtol=0, atol=0)
+    assert thunder.last_traces(jitted) and not record_of(jitted).graph_parts

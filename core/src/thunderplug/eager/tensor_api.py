@@ -21,7 +21,9 @@ on which discover() breaks the graph (``wiring.graph_breaks``): ``x[mask]`` with
 (:func:`boolean_mask_refusal`), the torch functions thunder registered automatically whose fake kernel says so
 (``bincount``, ``unique``, ``nonzero(as_tuple=True)``, ...) and thunder's own refusals of such forms
 (:func:`as_data_dependent`), and ``torch.unique``'s implementations thunder has no symbol for
-(:data:`UNSUPPORTED_DATA_DEPENDENT`, :func:`data_dependent_call`).
+(:data:`UNSUPPORTED_DATA_DEPENDENT`, :func:`data_dependent_call`). So does a Python branch on a number read from a
+tensor (``if x.sum().item() > 0:``; :func:`unknown_number_branch`): thunder converted the number, whose value it
+does not know, to False and recorded no check, so every call took the else branch, silently.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from typing import Any
 import thunder.torch as ltorch
 import torch
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
-from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.trace import get_tracectx
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from thunderplug.thunder_compat import torch_to_thunder_function_map
-from thunderplug.tracing.aten import DataDependentShapeError, data_dependent
+from thunderplug.tracing.aten import DataDependentShapeError, data_dependent, user_location
 
 # -- the % operators ------------------------------------------------------------------------------------------
 
@@ -230,6 +233,53 @@ def boolean_mask_refusal(original: Callable[..., Any], active: Callable[[], bool
             raise data_dependent("x[mask]", " (indexing a tensor with a boolean mask)") from None
 
     return replacement
+
+
+def unknown_number_branch(to_bool: Callable[[Any], bool], active: Callable[[], bool]) -> Callable[[Any], Callable]:
+    """A lookaside for ``NumberProxy.__bool__`` (``to_bool``). A number read from a tensor (``t.item()``, and what
+    is computed from it) has no value while tracing; thunder 0.2.6 converts it to False and records no check, so
+    ``if x.sum().item() > 0:`` bakes the else branch into the trace (stock thunder too). Its truth is a value of
+    the data: a :class:`DataDependentShapeError` naming the line, on which ``discover()`` breaks the graph there
+    (Dynamo runs the branch eagerly, with the number's real value, on every call)."""
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def read(number: Any) -> bool:
+            if not active() or not isinstance(number, NumberProxy) or not _read_from_tensor(number):
+                return to_bool(number)
+            location = user_location()
+            op = "bool() of a number read from a tensor (Tensor.item())"
+            raise DataDependentShapeError(
+                f"{op}{location}: a Python branch on a tensor's value; thunder 0.2.6 does not know the number while "
+                "tracing. Compute the condition outside the jitted function and pass it in, or express the branch "
+                "with tensor ops (torch.where).",
+                op=op, location=location,
+            )  # fmt: skip
+
+        return interpreter_needs_wrap(read)
+
+    return make
+
+
+def _read_from_tensor(number: NumberProxy) -> bool:
+    """Whether ``number`` has no value of its own while tracing: it, or a number it was computed from in the
+    trace being recorded, is unknown (``t.item()``'s result prints as ``float ?``; a comparison of it gets a
+    made-up value)."""
+    trace = get_tracectx()
+    if trace is None:
+        return number.value is None
+    producers = {out.name: bsym for bsym in trace.bound_symbols for out in bsym.flat_proxy_outs}
+    pending, seen = [number], set()
+    while pending:
+        current = pending.pop()
+        if current.value is None:
+            return True
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        producer = producers.get(current.name)
+        if producer is not None:
+            pending += [arg for arg in producer.flat_proxy_args if isinstance(arg, NumberProxy)]
+    return False
 
 
 #: thunder 0.2.6's refusals of call forms whose result's shape depends on values: ``torch.repeat_interleave``

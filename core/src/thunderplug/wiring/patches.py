@@ -25,7 +25,7 @@ from thunder.core import codeutils, interpreter, jit_ext, transform_common, upda
 from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
 from thunder.executors import passes, torch_autograd, torchex
@@ -644,6 +644,14 @@ PATCHES: tuple[Patch, ...] = (
         lambda original: tensor_api.structseq_printing(original, _compiling_with_core), "discover() compilations",
         "thunder printed a `torch.return_types` structseq in a trace (the epilogue returning `x.max(1)`) as its repr, "
         "`max(values=t0, indices=t1)`, which fails when run: it prints as `torch.return_types.max((t0, t1))`.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "NumberProxy.__bool__ lookaside", _LOOKASIDES, NumberProxy.__bool__,
+        tensor_api.unknown_number_branch(NumberProxy.__bool__, _compiling_with_core), "discover() compilations",
+        "`if x.sum().item() > 0:` took the else branch on every call, silently (thunder converts a number it has no "
+        "value for to False and records no check; stock thunder still): the branch is a `DataDependentShapeError` "
+        "naming the line, at which \"graph breaks at data-dependent ops\" breaks the graph, so Dynamo runs it eagerly.",
         features=("eager.tensor_api",),
     ),
     Patch(
