@@ -129,3 +129,23 @@ def test_crashing_and_hanging_tests_are_recorded_and_the_run_goes_on(tmp_path):
         zip(ids, ["passed", "crashed", "crashed", "failed", "xfailed", "xpassed-strict"])
     )
     assert "one is not two" in results[ids[3]]["message"]
+
+
+def test_var_mean_with_number_proxies_is_eagers():
+    """thunder's phantom-grad test of var_mean passes ``correction`` and ``keepdim`` as number proxies, which the
+    var_mean composite's shape inference handed to torch.var_mean (TypeError: invalid combination of arguments)."""
+    import thunder
+    import torch
+
+    import thunderplug
+
+    def fn(x, correction, keepdim):
+        return torch.var_mean(x, None, correction=correction, keepdim=keepdim)
+
+    x = torch.randn(3, 4, requires_grad=True)
+    with pytest.warns(UserWarning, match="symbolic values"):
+        jitted = thunder.jit(fn, executors=thunderplug.discover(quiet=True), cache="symbolic values")
+    found, expected = jitted(x, 1, False), fn(x, 1, False)
+    torch.testing.assert_close(found, expected, rtol=0, atol=0)
+    grads = [torch.autograd.grad(sum(t.sum() for t in out), x)[0] for out in (found, expected)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)

@@ -30,7 +30,7 @@ import thunder.torch as ltorch
 import torch
 import torch.nn.functional as F
 from thunder.core import dtypes
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
@@ -168,7 +168,9 @@ def _operators(executor: OperatorExecutor, name: str, call: _Call) -> tuple[Any,
     def forward_meta(positions: tuple, *flat: Any) -> Any:
         tensors = [a for a in flat if isinstance(a, TensorProxy)]
         grad = any(t.requires_grad for t in tensors)
-        out = call(tuple(_to_meta(a) for a in flat))
+        # a number proxy (thunder's phantom-grad tests pass var_mean's correction and keepdim so) as its value:
+        # torch's function takes no proxy
+        out = call(tuple(a.value if isinstance(a, NumberProxy) else _to_meta(a) for a in flat))
         if isinstance(out, torch.Tensor):
             return _proxy_like(out, tensors[0].device, grad)
         return tuple(_proxy_like(o, tensors[0].device, grad) for o in out)
