@@ -339,3 +339,52 @@ def test_an_item_value_used_without_a_branch_stays_in_the_trace():
         warnings.simplefilter("error", ThunderplugWarning)
         torch.testing.assert_close(jitted(x), scale(x), rtol=0, atol=0)
     assert thunder.last_traces(jitted) and not record_of(jitted).graph_parts
+
+
+class _HookedInForward(torch.nn.Module):
+    """Autograd hooks registered inside forward, on each call (issue 42: ignored or refused before)."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.a, self.b, self.kind = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), kind
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.kind == "intermediate":
+            h.register_hook(lambda g: g * 10)
+        elif self.kind == "parameter":
+            self.a.weight.register_hook(lambda g: g * 3)
+        elif self.kind == "module":
+            handle = self.b.register_full_backward_hook(lambda module, gi, go: (gi[0] * 2,))
+            return self.b(h).square().sum(), handle
+        return self.b(h).square().sum(), None
+
+
+def _train_hooked(make, kind):
+    torch.manual_seed(0)
+    model = _HookedInForward(kind)
+    run = make(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    torch.manual_seed(1)
+    losses, grads = [], []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss, handle = run(torch.randn(3, 4))
+        loss.backward()
+        if handle is not None:
+            handle.remove()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        optimizer.step()
+    return losses, grads
+
+
+@pytest.mark.parametrize("kind", ["intermediate", "parameter", "module"])
+def test_hooks_registered_inside_forward_run_as_in_eager(kind):
+    expected = _train_hooked(lambda m: m, kind)
+    jit = lambda m: thunder.jit(m, executors=thunderplug.discover(quiet=True))  # noqa: E731
+    with pytest.warns(ThunderplugWarning, match="register_"):
+        actual = _train_hooked(jit, kind)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    with pytest.raises((AttributeError, RuntimeError, AssertionError)):  # stock thunder: refused or ignored
+        torch.testing.assert_close(_train_hooked(thunder.jit, kind), expected, rtol=0, atol=0)

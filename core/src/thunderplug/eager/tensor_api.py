@@ -282,6 +282,67 @@ def _read_from_tensor(number: NumberProxy) -> bool:
     return False
 
 
+#: tensor methods registering a hook on the autograd graph: a trace has no autograd graph to put them on
+HOOK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "retain_grad"})
+
+
+def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """The lookaside of ``TensorProxy.__getattr__`` (``original``), for ``t.register_hook(fn)`` and the other
+    :data:`HOOK_METHODS` inside a jitted function: thunder's proxies have none (``AttributeError: Unknown
+    attribute register_hook``), and the hook runs during eager's backward, which a trace does not record. In
+    discover() compilations it is a :class:`DataDependentShapeError` naming the line, on which the compilation
+    graph-breaks (``wiring.graph_breaks``): Dynamo registers the hook on the real tensor, eager's autograd calls it."""
+
+    def refuse(proxy: Any, attr: str) -> Any:
+        location = user_location()
+        op = f"Tensor.{attr}"
+        raise DataDependentShapeError(
+            f"{op}{location}: an autograd hook on a tensor inside the jitted function; a thunder trace has no "
+            "autograd graph to register it on. Register it outside the jitted function (on an input or a "
+            "parameter), or return the tensor and hook it there.",
+            op=op, location=location,
+        )  # fmt: skip
+
+    refusal = interpreter_needs_wrap(refuse)
+
+    def lookaside(proxy: Any, attr: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if active() and unwrap(attr) in HOOK_METHODS and isinstance(unwrap(proxy), TensorProxy):
+            return refusal(proxy, attr)
+        return original(proxy, attr, *args, **kwargs)
+
+    return lookaside
+
+
+#: module hook registrations whose hook runs in the backward, which a trace does not record
+BACKWARD_HOOK_REGISTRATIONS = (
+    torch.nn.Module.register_full_backward_hook,
+    torch.nn.Module.register_backward_hook,
+    torch.nn.Module.register_full_backward_pre_hook,
+)
+
+
+def backward_hook_registration_break(method: Callable[..., Any]) -> Callable[[Any], Callable[..., Any]]:
+    """A lookaside for ``method`` (of :data:`BACKWARD_HOOK_REGISTRATIONS`) called inside a jitted function: the
+    hook belongs to eager's backward of the module's calls, which a thunder trace does not run, and the
+    registration changed the module under the prologue's guards. In discover() compilations it is a
+    :class:`DataDependentShapeError` naming the line, on which the compilation graph-breaks: Dynamo runs the
+    registration and the hooked module eagerly."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        location = user_location()
+        op = f"nn.Module.{method.__name__}"
+        raise DataDependentShapeError(
+            f"{op}{location}: a backward hook registered inside the jitted function; a thunder trace does not run "
+            "eager's backward of the module. Register it before compiling.",
+            op=op, location=location,
+        )  # fmt: skip
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        return interpreter_needs_wrap(refuse)  # seen by discover() compilations only (patches' discover-only list)
+
+    return make
+
+
 #: thunder 0.2.6's refusals of call forms whose result's shape depends on values: ``torch.repeat_interleave``
 #: with repeats given as a tensor, ``torch.where`` with only a condition
 _THUNDER_DATA_DEPENDENT_REFUSALS = ("does not support tensor repeats", "does not support only specifying a condition")

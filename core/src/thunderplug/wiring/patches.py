@@ -116,6 +116,7 @@ _DISCOVER_ONLY_LOOKASIDES = (
     copyreg.__newobj__,
     GenerationTracker.tag.__func__,
     *tensor_api.UNSUPPORTED_DATA_DEPENDENT,
+    *tensor_api.BACKWARD_HOOK_REGISTRATIONS,
 )
 _discover_only_ids: set[int] = set()  # ids of those lookasides while installed
 
@@ -645,6 +646,27 @@ PATCHES: tuple[Patch, ...] = (
         "thunder printed a `torch.return_types` structseq in a trace (the epilogue returning `x.max(1)`) as its repr, "
         "`max(values=t0, indices=t1)`, which fails when run: it prints as `torch.return_types.max((t0, t1))`.",
         features=("eager.tensor_api",),
+    ),
+    Patch(
+        "TensorProxy.__getattr__ lookaside", _LOOKASIDES, TensorProxy.__getattr__,
+        lambda original: tensor_api.autograd_hook_break(original, _compiling_with_core), "discover() compilations",
+        "`t.register_hook(fn)` (`register_post_accumulate_grad_hook`, `retain_grad`) inside a jitted function failed "
+        "with `AttributeError: Unknown attribute register_hook`: a trace has no autograd graph to hook. It is a "
+        "`DataDependentShapeError` naming the line, at which \"graph breaks at data-dependent ops\" breaks the graph, "
+        "so the hook is registered on the real tensor and eager's backward calls it.",
+        features=("eager.tensor_api",),
+    ),
+    *(
+        Patch(
+            f"{method.__name__} lookaside", _LOOKASIDES, method, tensor_api.backward_hook_registration_break(method),
+            "discover() compilations",
+            f"`module.{method.__name__}(hook)` inside a jitted function: the hook was never called (thunder does not "
+            "run eager's backward of the module) or the registration failed the prologue's guard on the hooks it "
+            "changed. It is a `DataDependentShapeError` naming the line, at which \"graph breaks at data-dependent "
+            "ops\" breaks the graph, so Dynamo runs the registration and the hooked module eagerly.",
+            features=("eager.tensor_api",),
+        )
+        for method in tensor_api.BACKWARD_HOOK_REGISTRATIONS
     ),
     Patch(
         "NumberProxy.__bool__ lookaside", _LOOKASIDES, NumberProxy.__bool__,
