@@ -5,7 +5,11 @@ thunderplug's executors injected into every ``thunder.jit``; outcomes compared p
     python scripts/thunder_suite.py                       # the bounded slice (SLICE_BOUNDED below)
     python scripts/thunder_suite.py --slice full          # the CPU slice of issue 23 (about an hour)
     python scripts/thunder_suite.py --slice full --write-docs   # and docs/thunder_suite.md
-    THUNDER_SUITE=full python -m pytest tests/test_thunder_suite.py   # the full slice as a test
+    python scripts/thunder_suite.py --slice full --modes discover --stock-record scripts/thunder_suite_stock.jsonl
+                                  # the default CI run (tests/test_thunder_suite.py): discover against the stored stock
+    THUNDER_SUITE=full python -m pytest tests/test_thunder_suite.py   # the full slice, all three modes run afresh
+    python scripts/thunder_suite.py --slice full --run-mode stock --work W   # then W/stock.jsonl becomes
+                                  # scripts/thunder_suite_stock.jsonl: the stored stock record (new thunder/slice)
     python scripts/thunder_suite.py --slice full --run-mode stock --work W/stock   # one mode per process
     python scripts/thunder_suite.py --slice full --records W/stock W/patches W/discover --write-docs
 
@@ -39,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = Path(__file__).resolve().parent
 DOCUMENT = ROOT / "docs" / "thunder_suite.md"
 BOUNDED_IDS = PLUGIN_DIR / "thunder_suite_bounded.txt"
+#: stock thunder's outcome of each test of the full slice (a ``--run-mode stock`` record): the default CI run
+#: compares discover() with it instead of running stock thunder again (the slice's stock run costs as much again)
+STOCK_RECORD = PLUGIN_DIR / "thunder_suite_stock.jsonl"
 MODES = ("stock", "patches", "discover")
 PASSING = {"passed"}
 FAILING = {"failed", "error", "crashed"}
@@ -325,6 +332,13 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
         "",
         f"Slice `{slice_name}`: {len(results['stock'])} tests; {timing}.",
         "",
+        *_cost_lines(results),
+        "The default CI run (`bash .ci/run` -> `scripts/test.sh` -> pytest: `tests/test_thunder_suite.py::"
+        "test_thunder_suite_has_no_unexpected_regressions`) runs the full slice under **discover** only and compares",
+        "it with the stored stock record `scripts/thunder_suite_stock.jsonl` (committed; regenerated with `--run-mode "
+        "stock` when thunder, torch or the slice rule change); `THUNDER_SUITE=full` runs all three modes afresh,",
+        "`THUNDER_SUITE=bounded` the bounded slice. No test of the slice is left out of the default run.",
+        "",
         'The patches active outside `discover()` compilations ("always" in docs/patches.md), which the',
         f"**patches** mode checks: {', '.join(f'`{name}`' for name in always_active_patches())}.",
         "",
@@ -354,6 +368,27 @@ def markdown(results: dict[str, dict[str, dict]], comparisons: list[Comparison],
     return "\n".join(lines) + "\n"
 
 
+def _cost_lines(results: dict[str, dict[str, dict]], slowest: int = 8) -> list[str]:
+    """The CPU cost of each mode and its slowest tests, where the records carry it: user+sys seconds of the pytest
+    process (all its threads) and of its finished children over each test (``resource.getrusage``, in
+    scripts/thunder_suite_plugin.py), which other processes' load on a shared machine does not inflate as it does
+    wall time."""
+    costs = {m: [r for r in outcomes.values() if r.get("cpu") is not None] for m, outcomes in results.items()}
+    if not any(costs.values()):
+        return []
+    lines = ["CPU time in tests (user+sys per test, `resource.getrusage` of the pytest process and its children; wall",
+             "time on a machine shared with other jobs is longer): " + ", ".join(
+                 f"{m} {sum(r['cpu'] for r in rs) / 60:.1f} min ({sum(r['seconds'] or 0 for r in rs) / 60:.0f} wall)"
+                 for m, rs in costs.items() if rs) + ". The slowest tests (CPU s, per mode):", ""]  # fmt: skip
+    ranked = sorted({i for rs in costs.values() for i in (r["id"] for r in rs)},
+                    key=lambda i: -max(results[m].get(i, {}).get("cpu") or 0.0 for m in results))[:slowest]  # fmt: skip
+    for test_id in ranked:
+        per_mode = ", ".join(f"{m} {results[m][test_id]['cpu']:.1f}" for m in results
+                             if results[m].get(test_id, {}).get("cpu") is not None)  # fmt: skip
+        lines.append(f"- `{test_id}`: {per_mode}")
+    return [*lines, ""]
+
+
 def pick_bounded(results: dict[str, dict[str, dict]], seconds: float) -> list[str]:
     """The bounded slice: :data:`ONCE_REGRESSED`, and from each file of a full run an evenly spaced
     sample (every k-th id) of the tests that took under 5 s in every mode, each file's share of
@@ -379,14 +414,33 @@ def slice_ids(tests: Path, work: Path, slice_name: str) -> list[str]:
     return [line for line in BOUNDED_IDS.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
-def run(slice_name: str, modes: list[str], timeout: float, work: Path) -> tuple[dict, list[Comparison], float]:
+def stored_stock(record: Path, ids: list[str]) -> dict[str, dict]:
+    """Stock outcomes of ``ids`` from a stored record; every id must be in it (a test the record lacks, e.g. after
+    a thunder upgrade, would be compared with nothing: the record is regenerated instead)."""
+    found, _ = read_records(record)
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise SystemExit(
+            f"{len(missing)} tests of the slice are not in the stored stock record {record} (first: {missing[0]}): "
+            "regenerate it (see this script's docstring)"
+        )
+    return {i: found[i] for i in ids}
+
+
+def run(slice_name: str, modes: list[str], timeout: float, work: Path,
+        stock_record: Path | None = None) -> tuple[dict, list[Comparison], float]:  # fmt: skip
+    """Run the slice in ``modes`` (and stock, unless its outcomes come from ``stock_record``) and compare."""
     tests = thunder_tests_dir()
     work.mkdir(parents=True, exist_ok=True)
     for log in work.glob("*.log"):
         log.unlink()
     started = time.monotonic()
     ids = slice_ids(tests, work, slice_name)
-    results = {mode: run_mode(tests, work, mode, ids, timeout) for mode in ["stock", *modes]}
+    if stock_record is not None:
+        results = {"stock": stored_stock(stock_record, ids)}
+    else:
+        results = {"stock": run_mode(tests, work, "stock", ids, timeout)}
+    results.update({mode: run_mode(tests, work, mode, ids, timeout) for mode in modes})
     comparisons = [compare(results["stock"], results[mode], mode) for mode in modes]
     wall = time.monotonic() - started
     (work / "results.json").write_text(json.dumps({"slice": slice_name, "wall": wall, "results": results}, indent=1))
@@ -400,6 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one test may take")
     parser.add_argument("--work", type=Path, default=None, help="where logs and results go (default: a temp dir)")
     parser.add_argument("--write-docs", action="store_true", help=f"write {DOCUMENT.relative_to(ROOT)}")
+    parser.add_argument(
+        "--stock-record", type=Path, default=None,
+        help=f"stock outcomes from this record instead of a stock run (the default CI run: {STOCK_RECORD.name})",
+    )  # fmt: skip
     parser.add_argument("--from-results", type=Path, default=None, help="report a finished run's results.json")
     parser.add_argument("--records", type=Path, nargs="+", default=None, help="report the record files in DIRS")
     parser.add_argument(
@@ -456,8 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         work = args.from_results.parent
     else:
         work = args.work or Path(tempfile.mkdtemp(prefix=f"thunder_suite_{args.slice}_"))
-        results, comparisons, wall = run(args.slice, modes, args.timeout, work)
+        results, comparisons, wall = run(args.slice, modes, args.timeout, work, args.stock_record)
         timing = f"all modes together took {wall / 60:.0f} min"
+        if args.stock_record is not None:
+            timing = f"{', '.join(modes)} took {wall / 60:.0f} min (stock: the stored record {args.stock_record.name})"
     if args.pick_bounded is not None:
         picked = pick_bounded(results, args.pick_bounded)
         header = f"# scripts/thunder_suite.py --from-results FULL_RESULTS --pick-bounded {args.pick_bounded:g}\n"

@@ -1,9 +1,10 @@
 """Never worse than stock thunder (issue 23): thunder's own shipped tests pass under ``discover()``
 wherever they pass stock (``scripts/thunder_suite.py``).
 
-``test_thunder_suite_has_no_unexpected_regressions`` runs the bounded slice (the tests that once
-regressed and a sample of the rest; a few minutes) in the default test command, and the full CPU slice
-with ``THUNDER_SUITE=full``. The other tests check the harness itself: which ids the full slice takes,
+``test_thunder_suite_has_no_unexpected_regressions`` runs the full CPU slice under discover() in the default
+test command, compared with the stored stock record (``scripts/thunder_suite_stock.jsonl``); all three modes
+afresh with ``THUNDER_SUITE=full``, the bounded slice (the tests that once regressed and a sample) with
+``THUNDER_SUITE=bounded``. The other tests check the harness itself: which ids the full slice takes,
 how outcomes compare, and that a test that crashes or hangs its process is recorded and the run goes on.
 """
 
@@ -34,14 +35,17 @@ def _needs_thunders_test_dependencies() -> None:
 
 
 def test_thunder_suite_has_no_unexpected_regressions(tmp_path):
+    """By default the full slice under discover() against the stored stock record (scripts/thunder_suite_stock.jsonl:
+    about 8 CPU minutes, docs/thunder_suite.md); ``THUNDER_SUITE=full`` runs stock, patches and discover afresh,
+    ``THUNDER_SUITE=bounded`` the bounded slice in all three."""
     _needs_thunders_test_dependencies()
-    slice_name = os.environ.get("THUNDER_SUITE", "bounded")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "thunder_suite.py"), "--slice", slice_name, "--work", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=3 * 3600 if slice_name == "full" else 1800,
-    )
+    choice = os.environ.get("THUNDER_SUITE", "ci")
+    command = [sys.executable, str(ROOT / "scripts" / "thunder_suite.py"), "--work", str(tmp_path)]
+    if choice == "ci":
+        command += ["--slice", "full", "--modes", "discover", "--stock-record", str(thunder_suite.STOCK_RECORD)]
+    else:
+        command += ["--slice", choice]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3 * 3600 if choice != "bounded" else 1800)
     assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
 
 
@@ -149,3 +153,14 @@ def test_var_mean_with_number_proxies_is_eagers():
     torch.testing.assert_close(found, expected, rtol=0, atol=0)
     grads = [torch.autograd.grad(sum(t.sum() for t in out), x)[0] for out in (found, expected)]
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+def test_stored_stock_record_covers_the_full_slice_rule():
+    """Every id of the stored stock record is in the full slice, the record has one outcome per id, and a slice id
+    the record lacks is refused by name, not compared with nothing."""
+    found, unfinished = thunder_suite.read_records(thunder_suite.STOCK_RECORD)
+    assert unfinished is None and len(found) >= 900
+    assert all(thunder_suite.in_full_slice(i) for i in found)
+    assert all(r["outcome"] in {"passed", "failed", "skipped", "xfailed", "xpassed", "error"} for r in found.values())
+    with pytest.raises(SystemExit, match="not in the stored stock record"):
+        thunder_suite.stored_stock(thunder_suite.STOCK_RECORD, [*found, "test_core.py::test_not_recorded"])
