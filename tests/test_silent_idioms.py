@@ -134,3 +134,68 @@ def test_random_ops_without_grad_and_in_eval():
             torch.manual_seed(3)
             _exact(jitted(x), expected)
             assert torch.equal(torch.get_rng_state(), state)
+
+
+# -- module backward hooks: refused with the module and the line (thunder ran the module without them) ---------
+
+
+class _Two(nn.Module):
+    def __init__(self, register=None):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.register = register
+
+    def forward(self, x):
+        handle = self.register(self) if self.register is not None else None
+        out = self.b(self.a(x).tanh())  # the line the refusal names
+        if handle is not None:
+            handle.remove()
+        return out
+
+
+def _pre_hook(module, grad_output):
+    return (grad_output[0] * 3,)
+
+
+def _full_hook(module, grad_input, grad_output):
+    return (grad_input[0] * 3,)
+
+
+HOOKED = {
+    "full_backward_pre_hook before jit": lambda m: m.b.register_full_backward_pre_hook(_pre_hook),
+    "full_backward_hook before jit": lambda m: m.a.register_full_backward_hook(_full_hook),
+    "full_backward_pre_hook inside forward": lambda m: setattr(
+        m, "register", lambda self: self.b.register_full_backward_pre_hook(_pre_hook)),
+    "full_backward_hook inside forward": lambda m: setattr(
+        m, "register", lambda self: self.a.register_full_backward_hook(_full_hook)),
+}
+
+
+@pytest.mark.parametrize("name", list(HOOKED))
+def test_module_backward_hooks_are_refused_by_name_and_line(name):
+    torch.manual_seed(0)
+    model = _Two()
+    HOOKED[name](model)
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    expected = r"Linear has backward hooks .* called at .*test_silent_idioms.py:\d+"
+    with pytest.raises(NotImplementedError, match=expected):
+        jitted(torch.randn(3, 4, requires_grad=True))
+
+
+def test_stock_thunder_ignores_a_backward_pre_hook():
+    """What the refusal replaces: stock thunder's gradients silently skip the hook (the pre-hook triples them)."""
+    torch.manual_seed(0)
+    model = _Two()
+    model.b.register_full_backward_pre_hook(_pre_hook)
+    jitted = thunder.jit(copy.deepcopy(model))
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    jitted(x).sum().backward()
+    assert not torch.allclose(jitted._model.b.weight.grad, model.b.weight.grad)
+    torch.testing.assert_close(jitted._model.b.weight.grad * 3, model.b.weight.grad)  # the hook's factor, rounded
+
+
+def test_modules_without_backward_hooks_unchanged():
+    torch.manual_seed(0)
+    model = _Two()
+    _train(model, [(torch.randn(3, 4),) for _ in range(3)])

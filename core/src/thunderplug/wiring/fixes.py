@@ -877,6 +877,59 @@ def hook_registration_lookaside(
     return make
 
 
+def backward_hook_refusal(
+    method: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
+) -> Callable[[Any], Callable[..., Any]]:
+    """A module called with backward hooks (``register_full_backward_hook``, ``register_full_backward_pre_hook``,
+    registered before jit or inside the jitted code) is refused, naming the module and the user's line: torch's
+    ``BackwardHook`` attaches the hooks to autograd nodes of the eager graph, which a thunder trace has none of, so
+    thunder ran the module without them and the gradients silently skipped the hooks (a pre-hook scaling the
+    output gradient by 3 was ignored; stock thunder too)."""
+    unlooked = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__,
+                                  method.__closure__)
+
+    def refuse(hook: Any, args: Any) -> Any:
+        module = type(getattr(hook, "module", None)).__name__
+        raise NotImplementedError(
+            f"{module} has backward hooks (register_full_backward_hook/register_full_backward_pre_hook) and is "
+            f"called{_caller_location()} inside a thunder.jit(..., executors=thunderplug.discover()) function: "
+            "a thunder 0.2.6 trace cannot run them, and its gradients would silently skip them. Remove the "
+            "hooks, put the hook's effect into the module's forward (a torch.autograd.Function), or call the "
+            "module outside the jitted function."
+        )
+
+    eager = interpreter_needs_wrap(refuse)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            return eager(*args, **kwargs) if active() else interpret(unlooked, *args, **kwargs)
+
+        return lookaside
+
+    return make
+
+
+def _caller_location() -> str:
+    """`` at path:line`` of the innermost interpreted frame outside the standard library and installed packages
+    (the user's call of the module), else the current user location."""
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    try:
+        frames = list(get_interpreterruntimectx().frame_stack)
+    except Exception:  # noqa: BLE001 - outside the interpreter there is no user location
+        return ""
+    for frame in reversed(frames):
+        line = frame.positions.lineno if frame.positions else None
+        location = f" at {frame.code.co_filename}:{line}"
+        if line is not None and not _in_a_library(location):
+            return location
+    return _user_location()
+
+
+#: the methods of torch's ``BackwardHook`` a module call with backward hooks runs first (wiring.patches)
+BACKWARD_HOOK_SETUPS = (torch.utils.hooks.BackwardHook.setup_input_hook,)
+
+
 def removing_hooks_of_failed_interpretations(
     original: Callable[..., Any], active: Callable[[], bool]
 ) -> Callable[..., Any]:

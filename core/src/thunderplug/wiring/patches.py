@@ -850,6 +850,18 @@ PATCHES: tuple[Patch, ...] = (
         )
         for method in fixes.HOOK_REGISTRATIONS
     ),
+    *(
+        Patch(
+            "module backward hooks refused", _LOOKASIDES, method,
+            fixes.backward_hook_refusal(method, interpret_call, _compiling_with_core), "discover() compilations",
+            "a module with backward hooks (`register_full_backward_hook`, `register_full_backward_pre_hook`) called "
+            "in jitted code is refused with the module and the user's line: torch attaches them to the eager "
+            "graph's autograd nodes, which a trace has none of, so thunder silently ran the module without them "
+            "(issue 42; stock thunder too).",
+            features=("wiring.fixes",),
+        )
+        for method in fixes.BACKWARD_HOOK_SETUPS
+    ),
     Patch(
         "index_put backward", backward_impls, "torch.index_put",
         lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
