@@ -158,17 +158,32 @@ def _pre_hook(module, grad_output):
 
 
 def _full_hook(module, grad_input, grad_output):
-    return (grad_input[0] * 3,)
+    return (None if grad_input[0] is None else grad_input[0] * 3,)
 
 
 HOOKED = {
     "full_backward_pre_hook before jit": lambda m: m.b.register_full_backward_pre_hook(_pre_hook),
     "full_backward_hook before jit": lambda m: m.a.register_full_backward_hook(_full_hook),
+}
+
+
+INSIDE_FORWARD = {
     "full_backward_pre_hook inside forward": lambda m: setattr(
         m, "register", lambda self: self.b.register_full_backward_pre_hook(_pre_hook)),
     "full_backward_hook inside forward": lambda m: setattr(
-        m, "register", lambda self: self.a.register_full_backward_hook(_full_hook)),
+        m, "register", lambda self: self.b.register_full_backward_hook(_full_hook)),
 }
+
+
+@pytest.mark.parametrize("name", list(INSIDE_FORWARD))
+def test_module_backward_hooks_registered_inside_forward_run_as_in_eager(name):
+    """Registered inside the forward: the registration breaks the graph (tensor_api's break), so the refusal does
+    not meet them; the hooks run as in eager."""
+    torch.manual_seed(0)
+    model = _Two()
+    INSIDE_FORWARD[name](model)
+    with pytest.warns(thunderplug.ThunderplugWarning):
+        _train(model, [(torch.randn(3, 4),) for _ in range(3)])
 
 
 @pytest.mark.parametrize("name", list(HOOKED))
