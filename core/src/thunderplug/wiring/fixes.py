@@ -366,6 +366,10 @@ def _rebuild_object(cls: type, attributes: dict) -> Any:
     return obj
 
 
+def _make_named_tuple(cls: type, items: list) -> tuple:
+    return cls._make(items)
+
+
 _rebuilding = threading.local()
 
 
@@ -381,7 +385,8 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
     A value thunder kept no wrapper for, or a stale one (it returned those as they were in tracing: Falcon's and
     BLOOM's cache in their ``return_dict=False`` tuples held proxies, silently; an attribute written through
     ``obj.__dict__`` came back with its earlier value) is rebuilt from its values when tracing left
-    proxies, dtypes or devices in it, and kept as it is otherwise."""
+    proxies, dtypes or devices in it, and kept as it is otherwise. A NamedTuple is made from its items by
+    ``_make`` (thunder called its constructor with one list)."""
     from thunder.core import baseutils, codeutils, devices, dtypes
     from thunder.core.jit_ext import should_register_for_prologue
     from thunder.core.proxies import AnyProxy
@@ -389,6 +394,8 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
     from thunder.core.trace import get_tracectx
 
     rebuild = Symbol(name="thunderplug_rebuild_object", meta=None, id="thunderplug.rebuild_object", is_prim=True)
+    make_named_tuple = Symbol(name="thunderplug_make_named_tuple", meta=None, id="thunderplug.make_named_tuple",
+                              is_prim=True)
     not_objects = (ProxyInterface, codeutils.ContextObject, torch.finfo, dtypes.dtype, devices.Device, tuple, list,
                    dict, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                    torch.nn.Module, torch.Tensor)
@@ -399,6 +406,9 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             or dataclasses.is_dataclass(value) or baseutils.is_collection(value)
             or not isinstance(getattr(value, "__dict__", None), dict)
         )
+
+    def named_tuple(value: Any) -> bool:
+        return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
 
     def rebuildable(wrapped: Any) -> bool:
         if hasattr(wrapped, "anyproxy") or should_register_for_prologue(wrapped.provenance):
@@ -439,6 +449,8 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             return devices.to_torch_device(value)
         if type(value) in (list, tuple):
             return type(value)(rebuilt_unwrapped(item) for item in value)
+        if named_tuple(value):
+            return named_tuple_made(type(value), [rebuilt_unwrapped(item) for item in value])
         if type(value) is dict:
             return {key: rebuilt_unwrapped(item) for key, item in value.items()}
         if plain_object(value):
@@ -470,6 +482,23 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
         return type(result)(item if wrappers[i] is not None else rebuilt_unwrapped(item)
                             for i, item in enumerate(result))
 
+    def named_tuple_rebuilt(wrapped: Any) -> Any:
+        """thunder's rebuild calls ``type(value)(items)`` for every tuple, which a NamedTuple's constructor refuses
+        (``NT.__new__() missing 1 required positional argument``): its items go through ``_make``."""
+        value = unwrap(wrapped)
+        wrappers = wrapped.item_wrappers or [None] * len(value)
+        return named_tuple_made(type(value), [replacement(wrappers[i]) if wrappers[i] is not None
+                                              else rebuilt_unwrapped(item) for i, item in enumerate(value)])
+
+    def named_tuple_made(cls: type, items: list) -> Any:
+        """The NamedTuple made in the trace by a call (traces print a tuple subclass as its class's name, which
+        the trace's globals lack)."""
+        output = AnyProxy(None)
+        get_tracectx().bound_symbols.append(
+            make_named_tuple.bind(cls, items, output=output, _call_ctx={make_named_tuple.name: _make_named_tuple})
+        )
+        return output
+
     def replacement(wrapped: Any) -> Any:
         if not active():
             return original(wrapped)
@@ -478,6 +507,8 @@ def build_objects_made_inside(original: Callable[..., Any], active: Callable[[],
             return dict_rebuilt(wrapped)
         if type(value) in (list, tuple) and not hasattr(wrapped, "anyproxy"):
             return sequence_rebuilt(wrapped)
+        if named_tuple(value) and not hasattr(wrapped, "anyproxy"):
+            return named_tuple_rebuilt(wrapped)
         if not rebuildable(wrapped):
             return original(wrapped)
 

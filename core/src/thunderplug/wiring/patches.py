@@ -752,7 +752,9 @@ PATCHES: tuple[Patch, ...] = (
         "attribute written through `obj.__dict__`) came back as in tracing, holding proxies or an earlier value "
         "(silently): it is rebuilt from its values where tracing left proxies, dtypes or devices in it. A returned "
         "dict's number or string key that came from an input (a layer's index: T5's cache's `is_updated`) was "
-        "rebuilt as a proxy of the input (`unhashable type: 'AnyProxy'`): it is its value.",
+        "rebuilt as a proxy of the input (`unhashable type: 'AnyProxy'`): it is its value. A returned NamedTuple "
+        "(alone or nested) failed (`NT.__new__() missing 1 required positional argument`: thunder calls "
+        "`type(value)(items)`): it is made with `_make` in the trace.",
         features=("wiring.fixes",),
     ),
     *(
