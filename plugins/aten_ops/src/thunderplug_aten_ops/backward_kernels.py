@@ -70,6 +70,7 @@ from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops import (
     avg_pool_forms,
     broadcast_views,
+    complex_ops,
     composites,
     grouped_mm,
     interpolate_modes,
@@ -1352,5 +1353,6 @@ def build_executor() -> OperatorExecutor:
     torch_forms.register(executor)
     broadcast_views.register(executor)
     random_ops.register(executor)
-    scalar_operands.register(executor)  # last: in front of the rules above for its symbols
+    scalar_operands.register(executor)  # in front of the rules above for its symbols
+    complex_ops.register(executor)  # last: in front of every rule above for calls with a complex argument
     return executor
