@@ -131,6 +131,55 @@ def _detach_outputs(output: Any, indices: tuple) -> Any:
     return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output
 
 
+def checkpoint_reentrant(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=True)`` (eager's default when
+    ``use_reentrant`` is not passed; HF's ``gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+    {"use_reentrant": True})``) fails in thunder (its lookaside raises a string: ``TypeError: exceptions must
+    derive from BaseException``), and an omitted ``use_reentrant`` was traced as ``False``. Recomputing in
+    the backward changes no value, so both forms are traced as thunder's checkpoint; where eager's reentrant
+    form differs, no tensor argument requiring grad, its outputs require no grad and nothing inside gets a
+    gradient: they are detached, as eager's ``CheckpointFunction`` leaves them."""
+
+    def replacement(function: Any, *args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(function, *args, **kwargs)
+        reentrant = unwrap(kwargs.pop("use_reentrant", None))
+        reentrant = True if reentrant is None else bool(reentrant)
+        inputs = [a for a in tree_flatten([unwrap(a) for a in args])[0] if isinstance(a, TensorProxy)]
+        detach = reentrant and not _may_require_grad(inputs)
+        result = original(function, *args, use_reentrant=wrap_const(False), **kwargs)
+        if not detach or isinstance(result, INTERPRETER_SIGNALS):
+            return result
+        return interpreter_needs_wrap(_detach_all)(result)
+
+    return replacement
+
+
+def _may_require_grad(tensors: list[TensorProxy]) -> bool:
+    """Whether one of ``tensors`` requires grad in eager: an input that does, or computed so far in the trace from
+    one, by an op whose floating output is not detached (thunder sets ``requires_grad`` only on inputs)."""
+    from thunder.core import dtypes
+    from thunder.core.jit_ext import get_jit_ctx
+
+    derived: set[str] = set()
+    for scope in get_jit_ctx().computation_trace.scopes:
+        for bsym in scope:
+            if any(p.requires_grad or p.name in derived for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)):
+                derived.update(
+                    o.name for o in bsym.flat_proxy_outs
+                    if isinstance(o, TensorProxy) and dtypes.is_inexact_dtype(o.dtype)
+                    and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags
+                )
+    return any(t.requires_grad or t.name in derived for t in tensors)
+
+
+def _detach_all(output: Any) -> Any:
+    import thunder.torch as ltorch
+    from thunder.core.pytree import tree_map
+
+    return tree_map(lambda o: ltorch.detach(o) if isinstance(o, TensorProxy) else o, output)
+
+
 def insert_alias_updates(original: Callable[..., Any]) -> Callable[..., Any]:
     """thunder builds the augmented forward of an ``autograd.Function`` in a fresh trace that knows
     none of the names its ops use, so the alias updates it inserts for in-place ops (torchao's

@@ -593,6 +593,16 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "checkpoint lookaside", _LOOKASIDES, torch.utils.checkpoint.checkpoint,
+        lambda original: fixes.checkpoint_reentrant(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: `checkpoint(fn, x, use_reentrant=True)` (eager's default when it is not passed) fails "
+        "(`exceptions must derive from BaseException`) and an omitted `use_reentrant` was traced as `False`. Both "
+        "are traced as thunder's checkpoint (recomputation changes no value or gradient); reentrant with no tensor "
+        "argument requiring grad detaches the outputs, as eager's `CheckpointFunction` leaves them.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "general_jit_lookaside", jit_ext, "general_jit_lookaside",
         lambda original: fixes.general_jit_lookaside(original, runs_called_function_itself, _compiling_with_core),
         "discover() compilations",
