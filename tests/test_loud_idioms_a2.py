@@ -5,6 +5,9 @@ bit), where stock thunder fails.
 Outputs: a forward returning a NamedTuple, alone or nested in dicts, lists and tuples, comes back as that
 NamedTuple (thunder's epilogue called ``NT(items)``: ``missing 1 required positional argument``); dataclasses and
 dicts already did and are kept here as the same check.
+
+Parametrizations: ``nn.utils.parametrizations.weight_norm`` calls ``torch._weight_norm``, which thunder does not
+support; it runs as itself (``thunderplug_aten_ops.torch_forms``).
 """
 
 from __future__ import annotations
@@ -137,3 +140,28 @@ def test_named_tuple_output_fails_in_stock_thunder():
     torch.manual_seed(0)
     with pytest.raises(TypeError, match="missing 1 required positional argument"):
         _train(_Returning(OUTPUTS["NamedTuple"]), _inputs(4, 8, steps=1), stock=True)
+
+
+def _weight_normed(kind: str) -> nn.Module:
+    torch.manual_seed(0)
+    weight_norm = nn.utils.parametrizations.weight_norm
+    if kind == "linear":
+        return nn.Sequential(weight_norm(nn.Linear(8, 8)), nn.Tanh(), nn.Linear(8, 4))
+    if kind == "linear dim=1":
+        return nn.Sequential(weight_norm(nn.Linear(8, 8), dim=1), nn.Tanh())
+    if kind == "linear dim=None":
+        return nn.Sequential(weight_norm(nn.Linear(8, 8), dim=None), nn.Tanh())
+    return nn.Sequential(nn.Unflatten(1, (2, 4)), weight_norm(nn.Conv1d(2, 3, 3)), nn.Flatten())
+
+
+@pytest.mark.parametrize("kind", ["linear", "linear dim=1", "linear dim=None", "conv1d"])
+def test_weight_norm_trains_as_eager(kind):
+    """``torch._weight_norm`` runs as itself (its gradients eager's autograd of it): original0/original1
+    (weight_g/weight_v) get eager's gradients. (``nn.utils.weight_norm``, the deprecated hook form, calls the same
+    function; its modules cannot be deep-copied, so it is not trained here.)"""
+    _train(_weight_normed(kind), _inputs(4, 8))
+
+
+def test_weight_norm_fails_in_stock_thunder():
+    with pytest.raises(Exception):  # noqa: B017 (a parametrization's TypeError, or torch._weight_norm's refusal)
+        _train(_weight_normed("linear"), _inputs(4, 8, steps=1), stock=True)

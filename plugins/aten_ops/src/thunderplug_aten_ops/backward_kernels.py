@@ -40,7 +40,8 @@ More ops thunder rounds otherwise than eager (``erfinv``, ``erfc``, ``addcmul``,
 some modes, ``align_corners=True``, an integer ``scale_factor``) as ``F.interpolate`` itself
 (:mod:`thunderplug_aten_ops.interpolate_modes`); ``F.avg_pool*d`` with ``count_include_pad=False`` too
 (:mod:`thunderplug_aten_ops.avg_pool_forms`); ``round(decimals=...)``, ``index_add`` (``alpha``), ``nan_to_num``'s
-keywords and ``Tensor.unfold`` under grad, which thunder refuses, likewise (:mod:`thunderplug_aten_ops.torch_forms`);
+keywords, ``Tensor.unfold`` under grad and ``torch._weight_norm``, which thunder refuses, likewise
+(:mod:`thunderplug_aten_ops.torch_forms`);
 ``torch.broadcast_tensors``/``meshgrid`` as one view per input, so that an input only unused outputs read gets no
 gradient, as in eager (:mod:`thunderplug_aten_ops.broadcast_views`).
 Random ops under grad (dropout in every form, ``rrelu``, ``gumbel_softmax``, SDPA with ``dropout_p``) as the torch

@@ -4,14 +4,15 @@ docs/known-issues.md).
 
 ``torch.round``/``Tensor.round`` with ``decimals`` (``round() got an unexpected keyword argument 'decimals'``),
 ``index_add`` with ``alpha`` (the same for ``alpha``), ``torch.nan_to_num`` with its numbers as keywords
-(``positional-only arguments passed as keyword arguments``) and ``Tensor.unfold`` under grad (the automatic
-registration runs ``F.unfold``'s fake kernel).
+(``positional-only arguments passed as keyword arguments``), ``Tensor.unfold`` under grad (the automatic
+registration runs ``F.unfold``'s fake kernel) and ``torch._weight_norm`` (``nn.utils.parametrizations.weight_norm``
+and ``nn.utils.weight_norm`` call it: ``not yet supported``).
 
 How: lookasides of the functions, and of thunder's symbols (what a proxy's method calls), in the compilations that
 list the executor. A form thunder computes as eager (``decimals=0``, ``alpha=1``) stays thunder's symbol; nan_to_num's
 keywords are passed to thunder's symbol positionally. The others are the operators ``eager_round_decimals``,
-``eager_index_add`` and ``eager_unfold``: the torch function itself forward, eager's autograd through it on the
-real tensors backward (as :mod:`thunderplug_aten_ops.avg_pool_forms`).
+``eager_index_add``, ``eager_unfold`` and ``eager_weight_norm``: the torch function itself forward, eager's
+autograd through it on the real tensors backward (as :mod:`thunderplug_aten_ops.avg_pool_forms`).
 """
 
 from __future__ import annotations
@@ -81,11 +82,16 @@ def _unfold(a: torch.Tensor, dimension: int, size: int, step: int) -> torch.Tens
     return a.unfold(dimension, size, step)
 
 
+def _weight_norm(v: torch.Tensor, g: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch._weight_norm(v, g, dim)
+
+
 def register(executor: OperatorExecutor) -> None:
     """The operators and lookasides above on ``executor``."""
     round_decimals = _register_eager(executor, "eager_round_decimals", _round_decimals, (0,))
     index_add_eager = _register_eager(executor, "eager_index_add", _index_add_eager, (0, 3))
     unfold = _register_eager(executor, "eager_unfold", _unfold, (0,))
+    weight_norm = _register_eager(executor, "eager_weight_norm", _weight_norm, (0, 1))
 
     def round_(a: Any, *, decimals: int = 0) -> Any:
         if decimals == 0 or not isinstance(a, TensorProxy):
@@ -105,6 +111,10 @@ def register(executor: OperatorExecutor) -> None:
             return ltorch.unfold(a, dimension, size, step)
         return unfold(a, dimension, size, step)
 
+    def weight_norm_(v: Any, g: Any, dim: int = 0) -> Any:
+        return weight_norm(v, g, dim)
+
+    executor._lookasides[torch._weight_norm] = weight_norm_
     for function, symbol, lookaside in (
             (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
             (torch.nan_to_num, ltorch.nan_to_num, nan_to_num), (torch.Tensor.unfold, ltorch.unfold, unfold_)):
