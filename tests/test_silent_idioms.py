@@ -214,3 +214,35 @@ def test_modules_without_backward_hooks_unchanged():
     torch.manual_seed(0)
     model = _Two()
     _train(model, [(torch.randn(3, 4),) for _ in range(3)])
+
+
+# -- Meta's reference Llama RoPE (torch.polar, view_as_complex, a complex product) -------------------------------
+
+
+class _MetaRope(nn.Module):
+    """A query projection rotated as Meta's reference Llama does (``apply_rotary_emb``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wq = nn.Linear(16, 16)
+        freqs = 1.0 / (10000 ** (torch.arange(0, 4, 2).float() / 4))
+        self.register_buffer("freqs", torch.outer(torch.arange(5).float(), freqs).reshape(5, 1, 2))
+
+    def forward(self, x):
+        xq = self.wq(x).reshape(2, 5, 4, 4)
+        freqs_cis = torch.polar(torch.ones_like(self.freqs), self.freqs)
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+
+
+def test_meta_llama_rope_matches_eager():
+    """thunder's gradient of a complex product multiplied by the other operand, not its conjugate (9.5 off eager's
+    before 9db9601; ``thunderplug_aten_ops.complex_ops`` gives eager's)."""
+    torch.manual_seed(0)
+    _train(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)])
+
+
+def test_stock_thunder_meta_llama_rope_gradients_differ():
+    torch.manual_seed(0)
+    with pytest.raises(AssertionError):
+        _train(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)], stock=True)
