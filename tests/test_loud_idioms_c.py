@@ -121,3 +121,41 @@ def test_real_programs_have_no_complex_operators():
     jitted(_X.requires_grad_(False)).sum().backward()
     traces = (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1])
     assert not any("eager_complex" in str(trace) for trace in traces)
+
+
+class _MaskedBranch(torch.nn.Module):
+    """HF DETR's idiom: a Python branch on a tensor cast to bool (``if mask.any():``, ``bool(t)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        if (h > 1.0).any():
+            h = h * 2
+        if bool(h.sum() < 0):
+            return -h
+        return h + 1
+
+
+def _train_branches(jit) -> tuple[list, list]:
+    torch.manual_seed(0)
+    model = _MaskedBranch()
+    run = jit(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for scale in (0.01, 10.0, -10.0, 0.01):  # each call takes other branches
+        loss = run(torch.randn(3, 4) * scale).pow(2).mean()
+        loss.backward()
+        losses.append(loss.detach())
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def test_branch_on_tensor_cast_to_bool_takes_eagers_branch_on_every_call():
+    eager = _train_branches(lambda m: m)
+    with pytest.warns(thunderplug.ThunderplugWarning, match="test_loud_idioms_c.py"):
+        ours = _train_branches(lambda m: thunder.jit(m, executors=thunderplug.discover()))
+    _assert_same(ours, eager)

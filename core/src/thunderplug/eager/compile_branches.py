@@ -32,6 +32,8 @@ import thunder
 import torch
 from thunder.core.interpreter import get_interpreterruntimectx, interpreter_needs_wrap
 
+from thunderplug.tracing.aten import DataDependentShapeError, user_location
+
 #: at most this many functions are switched to the compiling branch for one compilation
 RETRY_LIMIT = 8
 
@@ -120,7 +122,9 @@ def value_read_lookaside(
 ) -> Callable[[Any], Callable[..., Any]]:
     """A lookaside for ``TensorProxy.__bool__`` (``to_bool``, which raises thunder's data-dependency error;
     thunder has no lookaside for it): notes the read, then raises thunder's error with the user's line and
-    what to do."""
+    what to do, as a :class:`DataDependentShapeError`: where no ``is_compiling()`` retry avoids the read, a
+    discover() compilation breaks the graph there (``wiring.graph_breaks``), and Dynamo runs the branch with
+    the tensor's value on every call (``if mask.any():``, ``bool(t)``: eager's branch, never the first call's)."""
 
     def make(_no_lookaside: Any) -> Callable[..., Any]:
         def read(proxy: Any) -> bool:
@@ -130,7 +134,9 @@ def value_read_lookaside(
             try:
                 return to_bool(proxy)
             except NotImplementedError as error:
-                raise NotImplementedError(f"{error}{_where_and_what_to_do()}") from None
+                location = user_location()
+                raise DataDependentShapeError(f"{error}{_where_and_what_to_do()}", op="bool() of a tensor",
+                                              location=location) from None
 
         return interpreter_needs_wrap(read)
 

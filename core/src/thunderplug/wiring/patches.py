@@ -323,8 +323,9 @@ PATCHES: tuple[Patch, ...] = (
         "TensorProxy.__bool__ lookaside", _LOOKASIDES, TensorProxy.__bool__,
         compile_branches.value_read_lookaside(TensorProxy.__bool__, _compiling_with_core), "discover() compilations",
         "a branch on a tensor's value notes which function asked `is_compiling()` before it (that function is "
-        "interpreted again with True), and thunder's data-dependency error names the user's function and line "
-        "and what to do.",
+        "interpreted again with True); otherwise the branch (`if mask.any():`, `bool(t)`) is a "
+        "`DataDependentShapeError` naming the user's function and line, at which \"graph breaks at data-dependent "
+        "ops\" breaks the graph, so Dynamo runs the branch eagerly on every call (thunder: an error).",
         features=("eager.compile_branches",),
     ),
     Patch(
