@@ -1,0 +1,179 @@
+"""The idiom corpus (tests/idiom_corpus/, issue 42 item 2): every program under discover() computes
+what eager does, bit for bit (or within the tolerance the program states, with its reason), over 3
+AdamW steps: outputs, losses, gradients, hook records, buffers, final parameters, the random stream.
+
+Programs that do not yet are ``xfail(strict=True)`` with the measured failure (``XFAIL``): a fix that
+makes one pass turns it into XPASS(strict), a failure, until its mark is removed. docs/idioms.md (the
+table of ``python -m tests.idiom_corpus.report --heavy``) must agree with these marks, and the README
+quote its counts. Heavy programs run with THUNDERPLUG_IDIOMS_HEAVY=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from idiom_corpus import all_idioms
+from idiom_corpus.report import COMPILERS, HEADER
+from idiom_corpus.runner import Outcome, Run, compare, run
+
+ROOT = Path(__file__).resolve().parents[1]
+ALL = {entry.name: entry for entry in all_idioms(heavy=True)}
+SELECTED = [entry.name for entry in all_idioms()]
+
+#: program -> its measured failure under discover() (from the report's table)
+XFAIL: dict[str, str] = {
+    "checkpointing/checkpoint-use_reentrant-True": "loud: TypeError: exceptions must derive from BaseException",
+    "autograd_functions/needs_input_grad-non-tensor-args": "loud: AttributeError: needs_input_grad",
+    "hooks/register_full_backward_hook": "SILENT: step 0 hook records: 0 items where eager has 1",
+    "hooks/tensor.register_hook-in-forward": "SILENT: step 0 hook records: 0 items where eager has 1",
+    "hooks/register_forward_hook-modifies-output":
+        "loud: NotImplementedError: thunderplug: `list.append` at tests/idiom_corpus/hooks.py:60 changes a lis...",
+    "parametrizations/weight_norm":
+        "loud: NotImplementedError: Trying to call function torch._weight_norm, but it is not yet supported. P...",
+    "parametrizations/spectral_norm":
+        "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
+    "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",
+    "rnns/LSTM-packed-sequence":
+        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
+    "rnns/GRU-packed-sequence":
+        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
+    "rnns/RNN-packed-sequence":
+        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
+    "rnns/LSTM-two-layers": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
+    "rnns/GRU-bidirectional": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
+    "rnns/LSTMCell-python-loop": "SILENT: max diff 2.0e-01 (step 0 grad of cell.bias_ih)",
+    "attention/MultiheadAttention": "SILENT: max diff 4.5e-02 (final attn.in_proj_bias)",
+    "attention/MultiheadAttention-key_padding_mask":
+        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
+    "attention/TransformerEncoder-train":
+        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
+    "attention/TransformerEncoder-eval-fast-path":
+        "loud: NotImplementedError: Trying to call function torch._transformer_encoder_layer_fwd, but it is no...",
+    "attention/Transformer-with-masks":
+        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
+    "attention/sdpa-enable_gqa": "SILENT: max diff 5.3e-03 (final k.bias)",
+    "attention/conformer-block":
+        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
+    "complex_numbers/rope-polar-view_as_complex": "SILENT: max diff 1.5e+00 (step 0 grad of qkv.weight)",
+    "complex_numbers/fno-rfft2-complex-parameters":
+        "loud: TypeError: pad(): argument 'value' (position 4) must be float, not complex",
+    "complex_numbers/complex-abs-angle": "SILENT: max diff 2.1e+01 (step 2 grad of weight)",
+    "distributions/vae-Normal-rsample-kl":
+        "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
+    "distributions/Normal-log_prob-entropy":
+        "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
+    "rng/nn.Dropout-train": "SILENT: max diff 3.3e+00 (step 2 grad of 0.weight)",
+    "rng/F.dropout-training": "SILENT: max diff 3.1e+00 (step 2 grad of a.weight)",
+    "rng/stochastic-depth-bernoulli_": "loud: AttributeError: Unknown attribute bernoulli_",
+    "rng/randperm-subsample":
+        "loud: NotImplementedError: Trying to call function torch.randperm, but it is not yet supported. Pleas...",
+    "control_flow/item-branch": "SILENT: max diff 2.4e+01 (step 0 grad of bias)",
+    "control_flow/tensor-bool-cast-branch":
+        "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
+    "control_flow/tolist-split-sizes":
+        "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
+    "control_flow/while-norm-loop":
+        "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
+    "functional/torch.func.functional_call":
+        "loud: InterpreterError: Encountered exception TypeError: unhashable type: 'TensorProxy'",
+    "functional/NamedTuple-output":
+        "loud: TypeError: _Pair.__new__() missing 1 required positional argument: 'features'",
+    "embeddings/Embedding-max_norm": "loud: NotImplementedError: ",
+    "vision/sigmoid_focal_loss-generalized_box_iou_loss":
+        "loud: RuntimeError: aten::max() Expected a value of type 'int' for argument 'dim' but instead found t...",
+    "vision/torchvision-StochasticDepth-row": "loud: AttributeError: Unknown attribute bernoulli_",
+    "vision/swin-block-shifted-window": "loud: AttributeError: Unknown attribute bernoulli_",
+    "vision/efficientnet-MBConv-block": "loud: AttributeError: Unknown attribute bernoulli_",
+    "vision/torchvision-swin_t": "loud: AttributeError: Unknown attribute bernoulli_",
+    "vision/torchvision-efficientnet_b0": "loud: AttributeError: Unknown attribute bernoulli_",
+    "hf/hf-Llama-GQA-sdpa": "drift: max diff 1.1e-06 (final model.model.layers.0.self_attn.q_proj.weight)",
+    "hf/hf-BertForMaskedLM-default-dropout": "SILENT: max diff 2.8e+00 (random stream after the run)",
+    "hf/hf-Qwen2MoE": "drift: max diff 5.7e-07 (final model.model.layers.1.self_attn.k_proj.bias)",
+    "quantization/torchao-QAT-int8-act-int4-weight":
+        "loud: NotImplementedError: Exception occured unpacking object from ProvenanceRecord(",
+}  # fmt: skip
+
+
+@functools.cache
+def _eager(name: str) -> Run:
+    eager = run(ALL[name], "eager")
+    assert eager.error is None, f"the program itself fails in eager: {eager.error!r}"
+    return eager
+
+
+def _params(names: list[str]) -> list:
+    return [
+        pytest.param(n, id=n, marks=[pytest.mark.xfail(reason=XFAIL[n], strict=True)] if n in XFAIL else [])
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize("name", _params(SELECTED))
+def test_discover_equals_eager(name: str) -> None:
+    entry = ALL[name]
+    outcome = compare(run(entry, "discover"), _eager(name), entry.tolerance)
+    allowed = ("equal", "close") if entry.tolerance else ("equal",)
+    assert outcome.kind in allowed, f"discover(): {outcome}"
+
+
+def test_marks_name_programs() -> None:
+    assert set(XFAIL) <= set(ALL), sorted(set(XFAIL) - set(ALL))
+    assert len(ALL) >= 50
+
+
+def _doc_rows() -> dict[str, list[str]]:
+    text = (ROOT / "docs" / "idioms.md").read_text()
+    assert text.startswith(HEADER)
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 4 and cells[0] in ALL:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_docs_table_agrees_with_marks() -> None:
+    """docs/idioms.md lists every program, and its discover() column is 'equal'/'close' exactly where
+    the program is not marked xfail (regenerate it when a mark changes)."""
+    rows = _doc_rows()
+    assert sorted(rows) == sorted(ALL)
+    passing = {name for name, cells in rows.items() if cells[0].split(":")[0] in ("equal", "close")}
+    assert sorted(set(ALL) - passing) == sorted(XFAIL)
+
+
+def test_readme_quotes_the_counts() -> None:
+    """The README's corpus section has docs/idioms.md's counts row of each compiler, and they add up."""
+    docs = (ROOT / "docs" / "idioms.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    rows = _doc_rows()
+    for position, mode in enumerate(COMPILERS):
+        row = next(line for line in docs.splitlines() if line.startswith(f"| {mode} |"))
+        assert row in readme, f"README lacks {row!r}"
+        numbers = [int(n) for n in re.findall(r"(\d+) \w+", row)]
+        assert sum(numbers) == len(rows)
+        for kind in ("equal", "close", "drift", "SILENT", "loud"):
+            expected = sum(1 for cells in rows.values() if cells[position].split(":")[0] == kind)
+            assert (f"{expected} {kind}" in row) == bool(expected), (mode, kind, row)
+
+
+def test_compare_tells_outcomes_apart() -> None:
+    """The runner's comparison is not vacuous: one ulp, a None gradient, a missing hook record and
+    requires_grad each count, and a raise is loud."""
+    x = torch.linspace(0, 1, 5)
+    eager = Run(values=[("out", x), ("grad", x), ("records", [x])])
+    same = Run(values=[("out", x.clone()), ("grad", x.clone()), ("records", [x.clone()])])
+    assert compare(same, eager, {}) == Outcome("equal")
+    ulp = Run(values=[("out", torch.nextafter(x, x + 1)), ("grad", x), ("records", [x])])
+    assert compare(ulp, eager, {}).kind == "drift"
+    assert compare(ulp, eager, {"atol": 1e-6, "rtol": 0}).kind == "close"
+    wrong = Run(values=[("out", x + 1), ("grad", x), ("records", [x])])
+    assert compare(wrong, eager, {}).kind == "SILENT"
+    assert compare(Run(values=[("out", x), ("grad", None), ("records", [x])]), eager, {}).kind == "SILENT"
+    assert compare(Run(values=[("out", x), ("grad", x), ("records", [])]), eager, {}).kind == "SILENT"
+    grad = Run(values=[("out", x.requires_grad_()), ("grad", x), ("records", [x])])
+    assert compare(grad, Run(values=[("out", x.detach()), ("grad", x), ("records", [x])]), {}).kind == "SILENT"
+    assert compare(Run(error=ValueError("no")), eager, {}) == Outcome("loud", "ValueError: no")
