@@ -66,12 +66,9 @@ XFAIL: dict[str, str] = {
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "distributions/Normal-log_prob-entropy":
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
-    "rng/nn.Dropout-train": "SILENT: max diff 3.3e+00 (step 2 grad of 0.weight)",
-    "rng/F.dropout-training": "SILENT: max diff 3.1e+00 (step 2 grad of a.weight)",
     "rng/stochastic-depth-bernoulli_": "loud: AttributeError: Unknown attribute bernoulli_",
     "rng/randperm-subsample":
         "loud: NotImplementedError: Trying to call function torch.randperm, but it is not yet supported. Pleas...",
-    "control_flow/item-branch": "SILENT: max diff 2.4e+01 (step 0 grad of bias)",
     "control_flow/tensor-bool-cast-branch":
         "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
     "control_flow/tolist-split-sizes":
@@ -91,11 +88,17 @@ XFAIL: dict[str, str] = {
     "vision/torchvision-swin_t": "loud: AttributeError: Unknown attribute bernoulli_",
     "vision/torchvision-efficientnet_b0": "loud: AttributeError: Unknown attribute bernoulli_",
     "hf/hf-Llama-GQA-sdpa": "drift: max diff 1.1e-06 (final model.model.layers.0.self_attn.q_proj.weight)",
-    "hf/hf-BertForMaskedLM-default-dropout": "SILENT: max diff 2.8e+00 (random stream after the run)",
     "hf/hf-Qwen2MoE": "drift: max diff 5.7e-07 (final model.model.layers.1.self_attn.k_proj.bias)",
     "quantization/torchao-QAT-int8-act-int4-weight":
         "loud: NotImplementedError: Exception occured unpacking object from ProvenanceRecord(",
 }  # fmt: skip
+#: programs equal to eager when run alone (docs/idioms.md) but not after the programs before them in this
+#: file: xfail(strict=False) until the state one of them leaves behind is found
+ORDER_DEPENDENT: dict[str, str] = {
+    "distributions/Categorical-policy-gradient":
+        "loud after the earlier programs (torch._is_all_true not supported, from the distribution's argument "
+        "validation), equal alone",
+}
 
 
 @functools.cache
@@ -106,10 +109,14 @@ def _eager(name: str) -> Run:
 
 
 def _params(names: list[str]) -> list:
-    return [
-        pytest.param(n, id=n, marks=[pytest.mark.xfail(reason=XFAIL[n], strict=True)] if n in XFAIL else [])
-        for n in names
-    ]
+    def marks(n: str) -> list:
+        if n in XFAIL:
+            return [pytest.mark.xfail(reason=XFAIL[n], strict=True)]
+        if n in ORDER_DEPENDENT:
+            return [pytest.mark.xfail(reason=ORDER_DEPENDENT[n], strict=False)]
+        return []
+
+    return [pytest.param(n, id=n, marks=marks(n)) for n in names]
 
 
 @pytest.mark.parametrize("name", _params(SELECTED))
@@ -121,7 +128,8 @@ def test_discover_equals_eager(name: str) -> None:
 
 
 def test_marks_name_programs() -> None:
-    assert set(XFAIL) <= set(ALL), sorted(set(XFAIL) - set(ALL))
+    assert set(XFAIL) | set(ORDER_DEPENDENT) <= set(ALL), sorted(set(XFAIL) | set(ORDER_DEPENDENT) - set(ALL))
+    assert not set(XFAIL) & set(ORDER_DEPENDENT)
     assert len(ALL) >= 50
 
 
