@@ -26,7 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "checkpointing/checkpoint-use_reentrant-True": "loud: TypeError: exceptions must derive from BaseException",
     "autograd_functions/needs_input_grad-non-tensor-args": "loud: AttributeError: needs_input_grad",
     "hooks/register_full_backward_hook": "SILENT: step 0 hook records: 0 items where eager has 1",
     "hooks/tensor.register_hook-in-forward": "SILENT: step 0 hook records: 0 items where eager has 1",
@@ -58,10 +57,6 @@ XFAIL: dict[str, str] = {
     "attention/sdpa-enable_gqa": "SILENT: max diff 5.3e-03 (final k.bias)",
     "attention/conformer-block":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
-    "complex_numbers/rope-polar-view_as_complex": "SILENT: max diff 1.5e+00 (step 0 grad of qkv.weight)",
-    "complex_numbers/fno-rfft2-complex-parameters":
-        "loud: TypeError: pad(): argument 'value' (position 4) must be float, not complex",
-    "complex_numbers/complex-abs-angle": "SILENT: max diff 2.1e+01 (step 2 grad of weight)",
     "distributions/vae-Normal-rsample-kl":
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "distributions/Normal-log_prob-entropy":
@@ -77,8 +72,6 @@ XFAIL: dict[str, str] = {
         "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
     "functional/torch.func.functional_call":
         "loud: InterpreterError: Encountered exception TypeError: unhashable type: 'TensorProxy'",
-    "functional/NamedTuple-output":
-        "loud: TypeError: _Pair.__new__() missing 1 required positional argument: 'features'",
     "embeddings/Embedding-max_norm": "loud: NotImplementedError: ",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: RuntimeError: aten::max() Expected a value of type 'int' for argument 'dim' but instead found t...",
