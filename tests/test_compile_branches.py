@@ -70,7 +70,8 @@ def test_a_value_branch_of_the_users_own_breaks_the_graph_naming_the_line():
         return -x
 
     jitted = thunder.jit(branches_on_value, executors=thunderplug.discover())
-    with pytest.warns(thunderplug.ThunderplugWarning, match=r"bool\(\) of a tensor \(at .*test_compile_branches.py:\d+\)"):
+    where = r"bool\(\) of a tensor \(at .*test_compile_branches.py:\d+\)"
+    with pytest.warns(thunderplug.ThunderplugWarning, match=where):
         x = torch.randn(4).abs()
         torch.testing.assert_close(jitted(x), x)
     torch.testing.assert_close(jitted(-x), x)
