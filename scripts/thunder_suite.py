@@ -485,7 +485,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.records:  # modes run separately
-        results = from_records(args.records, ("stock", *modes))
+        if args.stock_record is not None:  # stock from the stored record, over the first directory's slice
+            selected = [i for i in (args.records[0] / "select.txt").read_text().splitlines() if i]
+            results = {"stock": stored_stock(args.stock_record, selected), **from_records(args.records, tuple(modes))}
+        else:
+            results = from_records(args.records, ("stock", *modes))
         slice_size = len(results["stock"])
         in_slice = Counter(i.split("::", 1)[0] for i in results["stock"])
         finished = [i for i in results["stock"] if all(r[i]["outcome"] != "not run" for r in results.values())]
@@ -532,6 +536,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"python scripts/thunder_suite.py --slice {args.slice} --run-mode MODE --work W/MODE` for each mode, "
                 f"then `python scripts/thunder_suite.py --slice {args.slice} --records W/... --write-docs"
             )
+            if args.stock_record is not None:
+                generated_by = (
+                    f"python scripts/thunder_suite.py --slice {args.slice} --run-mode discover --work W`, then "
+                    f"`python scripts/thunder_suite.py --slice {args.slice} --modes {','.join(modes)} --records W "
+                    f"--stock-record scripts/{args.stock_record.name} --write-docs"
+                )
         DOCUMENT.write_text(markdown(results, comparisons, args.slice, timing, generated_by))
         print(f"wrote {DOCUMENT}")
     return 1 if any(c.regressions for c in comparisons) else 0
