@@ -64,12 +64,8 @@ XFAIL: dict[str, str] = {
     "rng/stochastic-depth-bernoulli_": "loud: AttributeError: Unknown attribute bernoulli_",
     "rng/randperm-subsample":
         "loud: NotImplementedError: Trying to call function torch.randperm, but it is not yet supported. Pleas...",
-    "control_flow/tensor-bool-cast-branch":
-        "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
     "control_flow/tolist-split-sizes":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
-    "control_flow/while-norm-loop":
-        "loud: NotImplementedError: casting a TensorProxy to a Python boolean is not supported (data dependenc...",
     "functional/torch.func.functional_call":
         "loud: InterpreterError: Encountered exception TypeError: unhashable type: 'TensorProxy'",
     "embeddings/Embedding-max_norm": "loud: NotImplementedError: ",
