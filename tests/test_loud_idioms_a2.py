@@ -8,6 +8,9 @@ dicts already did and are kept here as the same check.
 
 Parametrizations: ``nn.utils.parametrizations.weight_norm`` calls ``torch._weight_norm``, which thunder does not
 support; it runs as itself (``thunderplug_aten_ops.torch_forms``).
+
+``nn.Embedding(max_norm=...)`` renormalizes the rows it reads in the weight, in place under no_grad, as eager's
+``embedding_renorm_`` (``thunderplug_aten_ops.torch_forms``); thunder refused ``max_norm``.
 """
 
 from __future__ import annotations
@@ -165,3 +168,25 @@ def test_weight_norm_trains_as_eager(kind):
 def test_weight_norm_fails_in_stock_thunder():
     with pytest.raises(Exception):  # noqa: B017 (a parametrization's TypeError, or torch._weight_norm's refusal)
         _train(_weight_normed("linear"), _inputs(4, 8, steps=1), stock=True)
+
+
+class _MaxNormEmbedding(nn.Module):
+    def __init__(self, norm_type: float = 2.0):
+        super().__init__()
+        self.embedding = nn.Embedding(10, 8, max_norm=1.0, norm_type=norm_type)
+        with torch.no_grad():
+            self.embedding.weight.mul_(3)  # most rows above max_norm
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return self.head(self.embedding(ids).tanh())
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0])
+def test_embedding_max_norm_renormalizes_the_weight_as_eager(norm_type):
+    """The rows read are renormalized in place under no_grad before the lookup (eager's embedding_renorm_): the
+    weight after each step, the output and the gradient as eager's."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(5)
+    ids = [(torch.randint(0, 10, (4, 3), generator=generator),) for _ in range(3)]
+    _train(_MaxNormEmbedding(norm_type), ids)

@@ -6,7 +6,10 @@ docs/known-issues.md).
 ``index_add`` with ``alpha`` (the same for ``alpha``), ``torch.nan_to_num`` with its numbers as keywords
 (``positional-only arguments passed as keyword arguments``), ``Tensor.unfold`` under grad (the automatic
 registration runs ``F.unfold``'s fake kernel) and ``torch._weight_norm`` (``nn.utils.parametrizations.weight_norm``
-and ``nn.utils.weight_norm`` call it: ``not yet supported``).
+and ``nn.utils.weight_norm`` call it: ``not yet supported``) and ``F.embedding``/``nn.Embedding`` with ``max_norm``
+(``NotImplementedError``): the rows read are renormalized in place under no_grad by eager's ``embedding_renorm_``
+(the operator ``eager_embedding_renorm``, the identity for gradients, as eager's), then looked up by thunder's
+embedding.
 
 How: lookasides of the functions, and of thunder's symbols (what a proxy's method calls), in the compilations that
 list the executor. A form thunder computes as eager (``decimals=0``, ``alpha=1``) stays thunder's symbol; nan_to_num's
@@ -86,6 +89,13 @@ def _weight_norm(v: torch.Tensor, g: torch.Tensor, dim: int) -> torch.Tensor:
     return torch._weight_norm(v, g, dim)
 
 
+def _embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: float, norm_type: float) -> torch.Tensor:
+    """Eager's ``F.embedding(max_norm=...)``: the rows ``indices`` reads renormalized in place, without grad."""
+    with torch.no_grad():
+        torch.embedding_renorm_(weight, indices, max_norm, norm_type)
+    return weight
+
+
 def register(executor: OperatorExecutor) -> None:
     """The operators and lookasides above on ``executor``."""
     round_decimals = _register_eager(executor, "eager_round_decimals", _round_decimals, (0,))
@@ -115,6 +125,27 @@ def register(executor: OperatorExecutor) -> None:
         return weight_norm(v, g, dim)
 
     executor._lookasides[torch._weight_norm] = weight_norm_
+
+    def renorm_meta(weight: Any, indices: Any, max_norm: float, norm_type: float) -> TensorProxy:
+        return TensorProxy(like=weight)
+
+    renorm = executor.register_operator("eager_embedding_renorm", meta=renorm_meta, fn=_embedding_renorm)
+
+    def renorm_grad(weight: Any, indices: Any, max_norm: float, norm_type: float) -> Any:
+        out = renorm(weight, indices, max_norm, norm_type)
+        put_grad(weight, get_grad(out))  # eager renormalizes under no_grad: the gradient is the embedding's
+        return out
+
+    executor.register_implementation(renorm, execution_transform=renorm, grad_transform=renorm_grad)
+    original_embedding = executor._lookasides.get(torch.nn.functional.embedding, ltorch.embedding)
+
+    def embedding(a: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None, norm_type: float = 2.0,
+                  scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
+        if max_norm is not None and isinstance(weight, TensorProxy):
+            weight = renorm(weight, a, float(max_norm), float(norm_type))
+        return original_embedding(a, weight, padding_idx, None, norm_type, scale_grad_by_freq, sparse)
+
+    executor._lookasides[torch.nn.functional.embedding] = embedding
     for function, symbol, lookaside in (
             (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
             (torch.nan_to_num, ltorch.nan_to_num, nan_to_num), (torch.Tensor.unfold, ltorch.unfold, unfold_)):
