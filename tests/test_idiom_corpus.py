@@ -31,8 +31,6 @@ XFAIL: dict[str, str] = {
     "hooks/tensor.register_hook-in-forward": "SILENT: step 0 hook records: 0 items where eager has 1",
     "hooks/register_forward_hook-modifies-output":
         "loud: NotImplementedError: thunderplug: `list.append` at tests/idiom_corpus/hooks.py:60 changes a lis...",
-    "parametrizations/weight_norm":
-        "loud: NotImplementedError: Trying to call function torch._weight_norm, but it is not yet supported. P...",
     "parametrizations/spectral_norm":
         "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
     "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",
@@ -68,7 +66,6 @@ XFAIL: dict[str, str] = {
         "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
     "functional/torch.func.functional_call":
         "loud: InterpreterError: Encountered exception TypeError: unhashable type: 'TensorProxy'",
-    "embeddings/Embedding-max_norm": "loud: NotImplementedError: ",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: RuntimeError: aten::max() Expected a value of type 'int' for argument 'dim' but instead found t...",
     "vision/torchvision-StochasticDepth-row": "loud: AttributeError: Unknown attribute bernoulli_",
