@@ -26,7 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "autograd_functions/needs_input_grad-non-tensor-args": "loud: AttributeError: needs_input_grad",
     "hooks/register_full_backward_hook": "SILENT: step 0 hook records: 0 items where eager has 1",
     "hooks/tensor.register_hook-in-forward": "SILENT: step 0 hook records: 0 items where eager has 1",
     "hooks/register_forward_hook-modifies-output":

@@ -158,3 +158,47 @@ def test_hf_gradient_checkpointing_changes_no_gradient_under_discover():
         warnings.simplefilter("ignore")
         for with_, without in zip(_jitted_llama_grads(True, ids), _jitted_llama_grads(False, ids)):
             _exact(with_, without)
+
+
+class _Scaled(torch.autograd.Function):
+    """``a * scale * power + shift[0] (+ 1 if flag) + b``, with non-tensor arguments, ``ctx`` attributes,
+    ``needs_input_grad`` read in a ``once_differentiable`` backward (one output: thunder's lookaside takes no more;
+    ``ctx.mark_non_differentiable`` is still thunder's AttributeError)."""
+
+    @staticmethod
+    def forward(ctx, a, b, power: int, scale: float, flag: bool, nothing, shift: tuple):
+        assert nothing is None
+        ctx.save_for_backward(a)
+        ctx.power, ctx.scale = power, scale
+        out = a * scale * power + shift[0] + (1.0 if flag else 0.0) + b
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        grad_a = grad * ctx.scale * ctx.power + 0 * a if ctx.needs_input_grad[0] else None
+        grad_b = grad if ctx.needs_input_grad[1] else None
+        assert not any(ctx.needs_input_grad[2:])
+        return grad_a, grad_b, None, None, None, None, None
+
+
+class _UsesFunction(nn.Module):
+    def __init__(self, b_requires_grad: bool):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.b_requires_grad = b_requires_grad
+
+    def forward(self, x):
+        b = self.linear(x) if self.b_requires_grad else x * 2
+        return _Scaled.apply(self.linear(x), b, 3, 0.5, True, None, (0.25, 2)).tanh()
+
+
+@pytest.mark.parametrize("b_requires_grad", [True, False])
+def test_autograd_function_with_non_tensor_arguments_and_needs_input_grad_as_eager(b_requires_grad):
+    _train(_UsesFunction(b_requires_grad), _inputs(4, 8))
+
+
+def test_autograd_function_needs_input_grad_fails_in_stock_thunder():
+    with pytest.raises(AttributeError, match="needs_input_grad"):
+        _train(_UsesFunction(True), _inputs(4, 8, steps=1), stock=True)

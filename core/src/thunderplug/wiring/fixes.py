@@ -70,6 +70,45 @@ def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callabl
     return replacement
 
 
+_pending_needs_input_grad = threading.local()
+
+
+def function_apply_needs_input_grad(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``ctx`` of an ``autograd.Function`` has no ``needs_input_grad`` (eager's engine sets it:
+    ``AttributeError`` in a backward that reads it): the ctx proxy thunder makes during this ``apply`` gets eager's
+    tuple, one flag per ``forward`` argument, a tensor's whether it requires grad under grad mode, others False."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(wrapped_cls, *args, **kwargs)
+        compile_data = get_compile_data()
+        grad_enabled = compile_data is not None and compile_data.is_grad_enabled
+        flags = tuple(
+            grad_enabled and isinstance(a, TensorProxy) and _may_require_grad([a]) for a in (unwrap(x) for x in args)
+        )
+        stack = _pending_needs_input_grad.__dict__.setdefault("stack", [])
+        stack.append(flags)
+        try:
+            return original(wrapped_cls, *args, **kwargs)
+        finally:
+            stack.pop()
+
+    return replacement
+
+
+def ctx_proxy_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A ctx proxy made by an ``apply`` of :func:`function_apply_needs_input_grad` gets its ``needs_input_grad``
+    (not through ``__setattr__``, which would make it a constant passed to the backward)."""
+
+    def replacement(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        stack = getattr(_pending_needs_input_grad, "stack", None)
+        if stack:
+            self.__dict__["needs_input_grad"] = stack[-1]
+
+    return replacement
+
+
 def cross_entropy_label_smoothing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """thunder's ``F.cross_entropy`` with ``label_smoothing`` and class-index targets divides the
     *unmasked* smoothing term by the number (or weight) of the targets not ignored, so a mean loss

@@ -25,7 +25,7 @@ from thunder.core import codeutils, interpreter, jit_ext, transform_common, upda
 from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy, TorchAutogradFunctionCtxProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
 from thunder.executors import passes, torch_autograd, torchex
@@ -177,14 +177,25 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY,
         lambda original: interception.function_apply(
-            fixes.function_apply_outer_grad_mode(original, lambda: active_core_executor() is not None)
+            fixes.function_apply_needs_input_grad(
+                fixes.function_apply_outer_grad_mode(original, _compiling_with_core), _compiling_with_core
+            )
         ),
         "discover() compilations",
         "`apply` of an autograd.Function a plugin claimed whole (`FunctionClaim`) becomes one op traced on fakes. "
         "thunder bug: a Function whose forward computes its result under `no_grad` returns it tagged detached, so "
         "its backward is never called (no gradient for its inputs, silently): the output is detached only if grad "
-        "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`.",
+        "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`. thunder bug: its ctx has "
+        "no `needs_input_grad` (`AttributeError` in a backward reading it): the ctx made during the `apply` gets "
+        "eager's flags (patch \"autograd.Function ctx needs_input_grad\").",
         features=("subclass.interception", "wiring.fixes"),
+    ),
+    Patch(
+        "autograd.Function ctx needs_input_grad", TorchAutogradFunctionCtxProxy, "__init__", fixes.ctx_proxy_init,
+        "discover() compilations",
+        "a ctx proxy made while \"Function.apply lookaside\" traces an `apply` gets eager's `needs_input_grad` (one "
+        "flag per `forward` argument: a tensor requiring grad under grad mode); outside those calls it is thunder's.",
+        features=("wiring.fixes",),
     ),
     Patch(
         "tensor method calls", _LOOKASIDES, functools.partial.__call__,
