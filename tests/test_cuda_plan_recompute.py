@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import collections
 import copy
-import importlib.util
-import pathlib
 import re
-import sys
 
+import benchmark_scripts
 import pytest
 import thunder
 import torch
@@ -31,20 +29,7 @@ pytest.importorskip("torchao.float8")
 
 from thunderplug_nvfuser import cuda_regions  # noqa: E402
 
-_MODEL_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpt_model.py"
-
-
-def _load_gpt_model():
-    name = "gpt_model"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _MODEL_FILE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-gpt_model = _load_gpt_model()
+gpt_model = benchmark_scripts.load("gpt_model")
 CONFIG = gpt_model.GPTConfig(layers=2, d_model=32, heads=2, seq=16, batch=2, vocab=64)
 
 #: the names of compute-bound ops in these traces: eager's linear and SDPA kernels, thunder's matmul,
@@ -52,11 +37,7 @@ CONFIG = gpt_model.GPTConfig(layers=2, d_model=32, heads=2, seq=16, batch=2, voc
 _COMPUTE_BOUND = re.compile(r"^(eager_linear|matmul|linear|aten__scaled_mm_default|eager_sdpa\w*)$")
 
 
-@pytest.fixture(autouse=True)
-def _no_onednn():
-    # as tests/test_gpt_float8.py: oneDNN's CPU fp8 _scaled_mm takes seconds per small GEMM on AMX CPUs
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
+pytestmark = pytest.mark.usefixtures("no_onednn")
 
 
 @pytest.fixture

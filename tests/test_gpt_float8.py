@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
-import pathlib
-import sys
 
+import benchmark_scripts
 import pytest
 import thunder
 import torch
@@ -30,32 +28,13 @@ import thunderplug
 
 pytest.importorskip("torchao.float8")
 
-_MODEL_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpt_model.py"
-
-
-def _load_gpt_model():
-    """benchmarks/gpt_model.py, loaded by path (shared with the benchmark, which is no package)."""
-    name = "gpt_model"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _MODEL_FILE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-gpt_model = _load_gpt_model()
+gpt_model = benchmark_scripts.load("gpt_model")
 # small enough for CPU test time (a few seconds a step), with every feature of the full model
 CONFIG = gpt_model.GPTConfig(layers=2, d_model=64, heads=2, seq=32, batch=2, vocab=128)
 STEPS = 5
 
 
-@pytest.fixture(autouse=True)
-def _no_onednn():
-    # the flags() context manager, not assignment: torch.testing._internal (imported by other tests of
-    # the same run) calls torch.backends.disable_global_flags(), after which assigning raises
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
+pytestmark = pytest.mark.usefixtures("no_onednn")
 
 
 def _train(module, params_of, tokens, targets, steps=STEPS):

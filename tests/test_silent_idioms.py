@@ -14,40 +14,9 @@ import thunder
 import torch
 import torch.nn.functional as F
 from torch import nn
+from train_like_eager import assert_exact, train_like_eager
 
 import thunderplug
-
-SEED = 1234
-
-
-def _exact(a, b) -> None:
-    torch.testing.assert_close(a, b, rtol=0, atol=0)
-
-
-def _train(model: nn.Module, inputs: list[tuple], *, stock: bool = False) -> None:
-    """3 AdamW steps of ``model`` eager and jitted, from the same seed each step: losses, every gradient, parameter and
-    buffer, and the CPU generator's state after each backward, bit for bit."""
-    eager, jitted_model = model, copy.deepcopy(model)
-    jitted = thunder.jit(jitted_model) if stock else thunder.jit(jitted_model, executors=thunderplug.discover())
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (eager, jitted_model)]
-    for step, args in enumerate(inputs):
-        results = []
-        for run, optimizer in zip((eager, jitted), optimizers):
-            torch.manual_seed(SEED + step)
-            loss = run(*args).square().mean()
-            loss.backward()
-            results.append((loss.detach(), torch.get_rng_state()))
-            optimizer.step()
-        (loss_e, state_e), (loss_j, state_j) = results
-        _exact(loss_j, loss_e)
-        assert torch.equal(state_j, state_e), "the generator is not where eager leaves it"
-        for p_e, p_j in zip(eager.parameters(), jitted_model.parameters()):
-            _exact(p_j.grad, p_e.grad)
-            _exact(p_j, p_e)
-        for b_e, b_j in zip(eager.buffers(), jitted_model.buffers()):
-            _exact(b_j, b_e)
-        for optimizer in optimizers:
-            optimizer.zero_grad()
 
 
 class _Apply(nn.Module):
@@ -110,7 +79,7 @@ def test_random_ops_draw_eagers_numbers(name):
     eager leaves it (silently different before: thunder's ``uniform`` for dropout under grad, a second draw in the
     backward of the automatic registrations)."""
     model, inputs = _random_program(name)
-    _train(model, inputs)
+    train_like_eager(model, inputs, check_rng=True)
 
 
 @pytest.mark.parametrize("name", ["F.dropout", "F.dropout2d", "SDPA dropout_p"])
@@ -118,7 +87,7 @@ def test_stock_thunder_draws_other_numbers(name):
     """What the tests above guard against: stock thunder's losses or gradients differ from eager's."""
     model, inputs = _random_program(name)
     with pytest.raises(AssertionError):
-        _train(model, inputs, stock=True)
+        train_like_eager(model, inputs, stock=True, check_rng=True)
 
 
 def test_random_ops_without_grad_and_in_eval():
@@ -132,7 +101,7 @@ def test_random_ops_without_grad_and_in_eval():
             torch.manual_seed(3)
             expected, state = model(x), torch.get_rng_state()
             torch.manual_seed(3)
-            _exact(jitted(x), expected)
+            assert_exact(jitted(x), expected)
             assert torch.equal(torch.get_rng_state(), state)
 
 
@@ -183,7 +152,7 @@ def test_module_backward_hooks_registered_inside_forward_run_as_in_eager(name):
     model = _Two()
     INSIDE_FORWARD[name](model)
     with pytest.warns(thunderplug.ThunderplugWarning):
-        _train(model, [(torch.randn(3, 4),) for _ in range(3)])
+        train_like_eager(model, [(torch.randn(3, 4),) for _ in range(3)], check_rng=True)
 
 
 @pytest.mark.parametrize("name", list(HOOKED))
@@ -213,7 +182,7 @@ def test_stock_thunder_ignores_a_backward_pre_hook():
 def test_modules_without_backward_hooks_unchanged():
     torch.manual_seed(0)
     model = _Two()
-    _train(model, [(torch.randn(3, 4),) for _ in range(3)])
+    train_like_eager(model, [(torch.randn(3, 4),) for _ in range(3)], check_rng=True)
 
 
 # -- Meta's reference Llama RoPE (torch.polar, view_as_complex, a complex product) -------------------------------
@@ -239,10 +208,10 @@ def test_meta_llama_rope_matches_eager():
     """thunder's gradient of a complex product multiplied by the other operand, not its conjugate (9.5 off eager's
     before 9db9601; ``thunderplug_aten_ops.complex_ops`` gives eager's)."""
     torch.manual_seed(0)
-    _train(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)])
+    train_like_eager(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)], check_rng=True)
 
 
 def test_stock_thunder_meta_llama_rope_gradients_differ():
     torch.manual_seed(0)
     with pytest.raises(AssertionError):
-        _train(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)], stock=True)
+        train_like_eager(_MetaRope(), [(torch.randn(2, 5, 16),) for _ in range(3)], stock=True, check_rng=True)

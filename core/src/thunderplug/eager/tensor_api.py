@@ -306,7 +306,8 @@ def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]
     refusal = interpreter_needs_wrap(refuse)
 
     def lookaside(proxy: Any, attr: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if active() and unwrap(attr) in HOOK_METHODS and isinstance(unwrap(proxy), TensorProxy):
+        # the attribute name first: this runs for every method call on a proxy in the user's program
+        if unwrap(attr) in HOOK_METHODS and active() and isinstance(unwrap(proxy), TensorProxy):
             return refusal(proxy, attr)
         return original(proxy, attr, *args, **kwargs)
 
