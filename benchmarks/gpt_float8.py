@@ -207,6 +207,17 @@ def peak_tensor_mib(step) -> float:
     return peak / MIB / MIB
 
 
+def python_calls(step) -> int:
+    """Python function calls made by ``step()`` (cProfile's count: deterministic, unlike its time on a shared
+    machine, but cProfile slows the call, so this is measured in a process of its own)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(step)
+    return pstats.Stats(profiler).total_calls
+
+
 def first_call_cell(args) -> dict:
     """One variant in this (fresh) process: the first step's time and RSS growth, then the steady
     state's step memory (RSS, live tensors). The first-call result is printed as soon as it is known,
@@ -216,6 +227,8 @@ def first_call_cell(args) -> dict:
     setup_torch(args.threads)
     model, tokens, targets = build(model_config(args))
     trainer = Trainer(args.variant, model, tokens, targets)
+    if args.count_calls:
+        return {"variant": args.variant, "python_calls": python_calls(trainer.step), "loss": trainer.losses[0]}
     before = rss_kib()
     first_s = trainer.step()
     result = {"variant": args.variant, "first_s": first_s, "rss_mib": (rss_kib() - before) / MIB,
@@ -419,6 +432,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--docs", type=pathlib.Path, default=DOCS, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="also print all results as one JSON line")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the stderr of failed cells")
+    parser.add_argument("--count-calls", action="store_true",
+                        help="first-call workers count the first step's Python calls instead of timing it")
     parser.add_argument("--worker", choices=["first", "steady"], help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -8,7 +8,11 @@ the order rotating every round, so that the machine's load falls on both alike; 
 over the rounds and the ratio this/base (below 1.00: faster now). The losses of every step are compared:
 a change of speed must not be a change of numbers.
 
-    python benchmarks/revisions.py --base dc1188d [--rounds 3] [--layers 2] [--steps 6]
+Wall time on a shared 2-core machine moves by +-15% from run to run; ``--calls`` adds, per revision and variant,
+the first step's Python function calls (cProfile, one more fresh process each): a count that does not depend on
+the machine's load, so a change of the first call's work shows even where its time is noise.
+
+    python benchmarks/revisions.py --base dc1188d [--rounds 3] [--layers 2] [--steps 6] [--calls]
 """
 
 from __future__ import annotations
@@ -81,6 +85,14 @@ def measure(trees: dict[str, pathlib.Path], args) -> dict[str, dict[str, dict[st
                 ok = steady.get("ok", {}).get(variant)
                 results[name][variant]["step_ms"].append(ok["median_ms"] if ok else None)
                 results[name][variant]["losses"].append(ok["losses"] if ok else None)
+    if args.calls:
+        for name in names:
+            with sources_of(trees[name]):
+                for variant in args.variants:
+                    print(f"... {name} Python calls of {variant}'s first step", file=sys.stderr, flush=True)
+                    counted = gpt_float8.run_worker("first", args.layers, worker_args,
+                                                    ["--variant", variant, "--count-calls"])
+                    results[name][variant]["python_calls"] = [counted.get("python_calls")]
     return results
 
 
@@ -91,14 +103,16 @@ def median(values: list) -> float | None:
 def table(results, base: str, args) -> str:
     this, before = results["this checkout"], results[base]
     size = "tiny model (--quick)" if args.quick else "gpt_float8.py's defaults otherwise"
+    columns = [("first_s", "{:.2f}", "first call", "s"), ("step_ms", "{:.1f}", "step", "ms")]
+    if args.calls:
+        columns.append(("python_calls", "{:,}", "first call's Python calls", "count"))
+    header = "".join(f" {what} {base} ({unit}) | {what} now ({unit}) | now/{base} |" for _, _, what, unit in columns)
     lines = [f"GPT of benchmarks/gpt_model.py, {args.layers} layers ({size}), AdamW; medians of {args.rounds} "
              f"interleaved rounds (first call: a fresh process; step: median of {args.steps} steps after 1 warm-up)",
-             "",
-             f"| variant | first call {base} (s) | first call now (s) | now/{base} | step {base} (ms) | step now (ms) "
-             f"| now/{base} | losses equal |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "", "| variant |" + header + " losses equal |", "|---|" + "---:|" * (3 * len(columns)) + "---|"]
     for variant in args.variants:
         cells = []
-        for key, scale in (("first_s", "{:.2f}"), ("step_ms", "{:.1f}")):
+        for key, scale, _, _ in columns:
             a, b = median(before[variant][key]), median(this[variant][key])
             cells += [scale.format(a) if a else "FAIL", scale.format(b) if b else "FAIL",
                       f"{b / a:.2f}" if a and b else "—"]
@@ -116,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default="fp32-thunderplug,fp8-thunderplug")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per worker process")
     parser.add_argument("--quick", action="store_true", help="smoke run: gpt_float8.py's tiny model")
+    parser.add_argument("--calls", action="store_true", help="also count the first step's Python calls (cProfile)")
     args = parser.parse_args(argv)
     args.variants = args.variants.split(",")
     with tempfile.TemporaryDirectory(prefix="thunderplug-base-") as tmp:

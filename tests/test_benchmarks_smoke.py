@@ -180,12 +180,27 @@ def test_revisions_exports_the_base_and_flags_changed_losses(tmp_path):
     tree = script.export("HEAD", tmp_path)
     assert (tree / "core/src/thunderplug/__init__.py").is_file()
     assert not (tree / "tests").exists()
-    args = script.argparse.Namespace(layers=1, rounds=1, steps=2, quick=True, variants=["fp32-thunderplug"])
+    args = script.argparse.Namespace(layers=1, rounds=1, steps=2, quick=True, variants=["fp32-thunderplug"],
+                                     calls=False)
     run = {"first_s": [1.0], "step_ms": [10.0], "losses": [[2.0, 1.5]]}
     same = {"this checkout": {"fp32-thunderplug": run}, "HEAD": {"fp32-thunderplug": run}}
     assert script.table(same, "HEAD", args).splitlines()[-1].endswith("| 1.00 | 10.0 | 10.0 | 1.00 | yes |")
     moved = {**same, "this checkout": {"fp32-thunderplug": {**run, "losses": [[2.0, 1.25]]}}}
     assert script.table(moved, "HEAD", args).splitlines()[-1].endswith("| NO |")
+    args.calls = True
+    counted = {"this checkout": {"fp32-thunderplug": {**run, "python_calls": [1100]}},
+               "HEAD": {"fp32-thunderplug": {**run, "python_calls": [1000]}}}
+    assert script.table(counted, "HEAD", args).splitlines()[-1].endswith("| 1,000 | 1,100 | 1.10 | yes |")
+
+
+def test_first_call_python_calls_are_counted_in_a_worker():
+    """``revisions.py --calls``: a first-call worker with ``--count-calls`` reports the first step's Python calls."""
+    spec = importlib.util.spec_from_file_location("gpt_float8_counting", GPT_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    counted = script.run_worker("first", 1, script.parse(["--quick"]), ["--variant", "fp32-thunderplug",
+                                                                        "--count-calls"])
+    assert counted.get("python_calls", 0) > 10_000, counted
 
 
 CUDA_PLAN_SCRIPT = SCRIPT.with_name("cuda_plan.py")
