@@ -226,3 +226,28 @@ def test_cuda_plan_benchmark_smoke_run_prints_its_table_and_writes_its_docs_sect
     assert "CUDA plan (inductor) first call / torch.compile's (<= 0.7)" in proc.stdout
     written = docs.read_text()
     assert written.startswith("# Benchmarks\n\nkept text\n") and rows["discover()"] in written
+
+
+DYNAMIC_SHAPES_SCRIPT = SCRIPT.with_name("dynamic_shapes.py")
+
+
+def test_dynamic_shapes_quick_prints_its_table_and_writes_its_docs_section(tmp_path):
+    """benchmarks/dynamic_shapes.py on the tiny GPT, 3 steps of varying lengths (batch 2: no partial batch), eager
+    and discover() in their fresh workers: the table's rows, discover()'s losses bit-identical, one compilation per
+    length."""
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkept text\n")
+    proc = subprocess.run(
+        [sys.executable, str(DYNAMIC_SHAPES_SCRIPT), "--quick", "--models", "gpt", "--variants", "eager,discover",
+         "--steps", "3", "--no-generate", "--write-docs", "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split(" | ")[0]: line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert rows["| losses equal to eager"].endswith("| (reference) | yes (bit-identical) |"), proc.stdout
+    assert rows["| full compilations"].endswith("| — | 3 |"), proc.stdout  # 3 distinct lengths today
+    assert "FAIL" not in proc.stdout, proc.stdout
+    written = docs.read_text()
+    assert written.startswith("# Benchmarks\n\nkept text\n") and rows["| full compilations"] in written
