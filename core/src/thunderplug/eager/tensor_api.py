@@ -15,6 +15,9 @@ compilations (wired in by ``thunderplug.wiring.patches``; docs/known-issues.md l
   larger ``end``/``weight``): thunder's meta gives the result ``start``'s shape; ``start`` is expanded to
   the broadcast shape first (:func:`eager_arguments`, asked by the subclass core's ``Symbol.__call__``
   replacement), eager's result shape, values and (through the expand) gradient sum.
+* ``t.bernoulli_(p)`` and other ``torch.Tensor`` methods thunder's torch language has no entry for (``Unknown
+  attribute bernoulli_``): where an executor of the compilation has a lookaside for the method, ``t.name`` is the
+  method, so the call is that lookaside (:func:`executor_methods`).
 
 Calls whose result's shape depends on values raise :class:`DataDependentShapeError`, naming the op and the line,
 on which discover() breaks the graph (``wiring.graph_breaks``): ``x[mask]`` with a boolean mask tensor
@@ -33,6 +36,7 @@ from typing import Any
 
 import thunder.torch as ltorch
 import torch
+from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.trace import get_tracectx
@@ -379,3 +383,27 @@ def data_dependent_call(fn: Callable[..., Any]) -> Callable[..., Any]:
         raise data_dependent(name)
 
     return interpreter_needs_wrap(refused)
+
+
+# -- tensor methods thunder lacks, from the compilation's executors --------------------------------------------
+
+
+def executor_methods(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's torch language ``get_method`` (what ``TensorProxy.__getattr__`` asks for ``t.name``), answering
+    for a ``torch.Tensor`` method it has no entry for (``t.bernoulli_(p)``: ``AttributeError: Unknown attribute
+    bernoulli_``) with that method itself where an executor of the discover() compilation in progress has a
+    lookaside for it: the call is then that lookaside, as for ``torch.Tensor.name(t, ...)``. Otherwise thunder's
+    answer, its ``AttributeError`` included."""
+
+    def get_method(self: Any, id: Any, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        try:
+            return original(self, id, *args, **kwargs)
+        except AttributeError:
+            method = getattr(torch.Tensor, id, None) if isinstance(id, str) else None
+            if method is not None and active() and args and isinstance(args[0], TensorProxy):
+                compile_data = get_compile_data()
+                if compile_data is not None and method in compile_data.executor_lookasides:
+                    return method
+            raise
+
+    return get_method

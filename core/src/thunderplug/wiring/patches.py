@@ -32,6 +32,7 @@ from thunder.executors import passes, torch_autograd, torchex
 from thunder.executors.torch_autograd import ThunderFunction, ThunderOutputFunction
 from thunder.recipes.base import BaseRecipe
 from thunder.torch.experimental import dtensor_proxy
+from thunder.torch.langctx import TorchCtx
 from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
 from torch._dynamo.mutation_guard import GenerationTracker
@@ -676,6 +677,15 @@ PATCHES: tuple[Patch, ...] = (
         "with `AttributeError: Unknown attribute register_hook`: a trace has no autograd graph to hook. It is a "
         "`DataDependentShapeError` naming the line, at which \"graph breaks at data-dependent ops\" breaks the graph, "
         "so the hook is registered on the real tensor and eager's backward calls it.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "tensor methods from executors' lookasides", TorchCtx, "get_method",
+        lambda original: tensor_api.executor_methods(original, _compiling_with_core), "discover() compilations",
+        "a `torch.Tensor` method thunder's torch language has no entry for (`t.bernoulli_(p)`, `t.normal_()`: "
+        "`AttributeError: Unknown attribute bernoulli_`) is that method, called through the lookaside an executor "
+        "of the compilation has for it (the aten_ops plugin's random ops draw eager's numbers); without one, "
+        "thunder's `AttributeError` as before.",
         features=("eager.tensor_api",),
     ),
     *(

@@ -45,8 +45,9 @@ keywords, ``Tensor.unfold`` under grad and ``torch._weight_norm``, which thunder
 ``torch.broadcast_tensors``/``meshgrid`` as one view per input, so that an input only unused outputs read gets no
 gradient, as in eager (:mod:`thunderplug_aten_ops.broadcast_views`).
 Random ops under grad (dropout in every form, ``rrelu``, ``gumbel_softmax``, SDPA with ``dropout_p``) as the torch
-function itself, the backward replaying the generator's state so that it differentiates the forward's mask
-(:mod:`thunderplug_aten_ops.random_ops`).
+function itself, the backward replaying the generator's state so that it differentiates the forward's mask; the
+in-place samplers (``bernoulli_``, ``normal_``, ``uniform_``, ``exponential_``, ...), ``torch.bernoulli`` and
+``torch.randperm`` as the torch function itself at their place in the trace (:mod:`thunderplug_aten_ops.random_ops`).
 
 Checkers decline (leaving the op to thunder) for tensor-subclass arguments, non-float inputs,
 ``inplace=True`` and argument forms eager would route to another kernel. ``discover(
@@ -1354,6 +1355,7 @@ def build_executor() -> OperatorExecutor:
     torch_forms.register(executor)
     broadcast_views.register(executor)
     random_ops.register(executor)
+    random_ops.register_samplers(executor)
     scalar_operands.register(executor)  # in front of the rules above for its symbols
     complex_ops.register(executor)  # last: in front of every rule above for calls with a complex argument
     return executor

@@ -16,6 +16,16 @@ and puts the generator back as it found it, as ``torch.utils.checkpoint`` does w
 backward are then eager's bit for bit, and the generator ends where eager leaves it. Without grad the op is the torch
 function itself. Declined (thunder's as before): dropout that is not random (``training=False``, ``p == 0``), inputs
 off CPU and CUDA, tensor subclasses.
+
+Samplers (:func:`register_samplers`): thunder 0.2.6 has no ``Tensor.bernoulli_``/``normal_``/``uniform_``/
+``random_``/``geometric_``/``log_normal_``/``cauchy_`` (``Unknown attribute bernoulli_``: torchvision's stochastic
+depth, Swin, EfficientNet), no ``torch.randperm``, and its ``exponential_`` (``-log(uniform)``) and, in reduced
+precision, ``torch.bernoulli`` (``uniform < p``) draw other numbers than eager's kernels. Each is an operator running
+the torch function itself, at its place in the trace, so that it draws what eager draws where eager draws it; an
+in-place sampler fills a fresh tensor like its target, which thunder's ``copy_`` then updates (a buffer, a view of
+one, a fresh tensor). Refused by name and line: ``generator=`` (a generator object cannot be a trace value) and a
+sampler of a tensor computed under grad from one requiring grad (eager's zero gradient through it, which thunder's
+autodiff drops).
 """
 
 from __future__ import annotations
@@ -27,13 +37,16 @@ import thunder.torch as ltorch
 import torch
 import torch.nn.functional as F
 from thunder.core import devices, dtypes
-from thunder.core.proxies import TensorProxy
+from thunder.core.compile_data import get_compile_data
+from thunder.core.jit_ext import get_jit_ctx
+from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.tracing.aten import user_location
 from thunderplug.tracing.fake import to_torch_value
 
 #: thunder's automatic registrations of random torch functions (their backward runs the function again)
@@ -193,3 +206,150 @@ def register(executor: OperatorExecutor) -> None:
         executor.register_implementation(
             symbol, checker=checker, execution_transform=lambda *a, _p=plain, **k: _p(*a, **k), grad_transform=grad
         )
+
+
+# -- samplers thunder lacks or draws otherwise: in-place random methods, torch.bernoulli, torch.randperm ----------
+
+#: ``torch.Tensor``'s in-place random methods: thunder has none but ``exponential_`` (which draws other numbers
+#: than eager's: ``-log(uniform)``, eager's kernel another transformation)
+INPLACE_SAMPLERS = ("bernoulli_", "normal_", "uniform_", "exponential_", "random_", "geometric_", "log_normal_",
+                    "cauchy_")
+
+
+def _refuse_generator(op: str, generator: Any) -> None:
+    """A ``torch.Generator`` object cannot be a value of a thunder trace: refused by name and line."""
+    if generator is not None:
+        raise NotImplementedError(
+            f"thunderplug: {op}(..., generator=...){user_location()}: a torch.Generator cannot be passed to an op "
+            "inside a thunder.jit function (thunder 0.2.6 traces no generator objects); draw from torch's default "
+            "generator inside it, or draw outside the jitted function and pass the tensor in."
+        )
+
+
+#: symbols reading only their tensor argument's metadata: their results do not require grad, as in eager
+_METADATA_ONLY = frozenset({
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_empty",
+    "new_zeros", "new_ones", "new_full", "new_tensor",
+})
+
+
+def _follow(bsyms: list, derived: set[str]) -> None:
+    """Adds to ``derived`` the names of the floating values ``bsyms`` compute from a tensor requiring grad (or
+    from one in ``derived``), except through :data:`_METADATA_ONLY` and ``detach``/``no_grad`` results."""
+    for bsym in bsyms:
+        if bsym.sym.name in _METADATA_ONLY:
+            continue
+        if not any(p.requires_grad or p.name in derived for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)):
+            continue
+        derived.update(
+            o.name for o in bsym.flat_proxy_outs
+            if isinstance(o, TensorProxy) and dtypes.is_inexact_dtype(o.dtype)
+            and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags and bsym.sym.name != "detach"
+        )
+
+
+def _refuse_grad(op: str, a: Any, *, inputs: bool = False) -> None:
+    """``a`` computed, under grad, from a tensor requiring grad: eager's sampler gives it a zero gradient (its
+    output requires grad), which thunder 0.2.6's autodiff drops (the output would not require grad, the tensors
+    before it would get no gradient instead of zeros, and AdamW would skip them): refused by name and line. An
+    input requiring grad too with ``inputs``; without, it is left to the in-place check, which raises eager's leaf
+    error."""
+    compile_data = get_compile_data()
+    if not isinstance(a, TensorProxy) or compile_data is None or not compile_data.is_grad_enabled:
+        return
+    if a.requires_grad and not inputs:
+        return
+    derived: set[str] = set()
+    for scope in get_jit_ctx().computation_trace.scopes:
+        _follow(scope, derived)
+    if a.requires_grad or a.name in derived:
+        raise NotImplementedError(
+            f"thunderplug: {op} of a tensor that requires grad{user_location()}: eager gives it a zero gradient "
+            "(the result requires grad), which thunder 0.2.6 cannot reproduce; apply it to a detached tensor "
+            "(`t.detach()`) or under torch.no_grad()."
+        )
+
+
+def _sample_meta(a: TensorProxy, *args: Any, **kwargs: Any) -> TensorProxy:
+    return TensorProxy(like=a, requires_grad=False)
+
+
+def _register_sampler(executor: OperatorExecutor, name: str, fn: Callable[..., torch.Tensor],
+                      meta: Callable[..., TensorProxy]) -> Any:
+    """The operator ``eager_random_<name>`` running ``fn`` (which draws from the generator at its place in the
+    trace, as eager's op at its place in the program); no gradient flows through it (:func:`_refuse_grad` refuses
+    where eager's zero gradient would matter)."""
+    op = executor.register_operator(f"eager_random_{name}", meta=meta, fn=fn)
+    executor.register_implementation(op, execution_transform=op, grad_transform=op)
+    return op
+
+
+def _inplace_sample(name: str) -> Callable[..., torch.Tensor]:
+    def sample(a: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``a.<name>(...)`` on a fresh tensor like ``a`` (its shape, dtype, device and strides: the same draws)."""
+        return getattr(torch.empty_like(a), name)(*args, **kwargs)
+
+    sample.__name__ = f"eager_{name}"
+    return sample
+
+
+def _bernoulli(a: torch.Tensor, *args: Any) -> torch.Tensor:
+    return torch.bernoulli(a, *args)
+
+
+def _randperm(n: int, dtype: Any, device: Any) -> torch.Tensor:
+    return torch.randperm(n, dtype=dtypes.to_torch_dtype(dtype), device=devices.to_torch_device(device))
+
+
+def _randperm_meta(n: int, dtype: Any, device: Any) -> TensorProxy:
+    return TensorProxy(shape=(n,), device=devices.to_device(device), dtype=dtypes.to_dtype(dtype),
+                       requires_grad=False)
+
+
+def register_samplers(executor: OperatorExecutor) -> None:
+    """Lookasides on ``executor`` for :data:`INPLACE_SAMPLERS` (``t.bernoulli_(p)`` is ``t.copy_(s)`` of the
+    operator ``s`` drawing like eager's ``bernoulli_`` on a tensor like ``t``; thunder's in-place handling then
+    updates ``t``, a fresh tensor or a buffer, and its aliases), for ``torch.bernoulli``/``Tensor.bernoulli``
+    (thunder's ``uniform < p`` draws other numbers than eager's kernel in reduced precision) and for
+    ``torch.randperm`` (thunder: ``not yet supported``), each the torch function itself at its place in the trace.
+    A ``generator=`` argument is refused by name and line."""
+    for name in INPLACE_SAMPLERS:
+        sample = _register_sampler(executor, name, _inplace_sample(name), _sample_meta)
+
+        def inplace(a: Any, *args: Any, _name: str = name, _sample: Any = sample, generator: Any = None,
+                    **kwargs: Any) -> Any:
+            _refuse_generator(f"Tensor.{_name}", generator)
+            _refuse_grad(f"Tensor.{_name}", a)
+            return ltorch.copy_(a, _sample(a, *args, **kwargs))
+
+        executor._lookasides[getattr(torch.Tensor, name)] = inplace
+        symbol = getattr(ltorch, name, None)
+        if symbol is not None:
+            executor._lookasides[symbol] = inplace
+
+    bernoulli_op = _register_sampler(executor, "bernoulli", _bernoulli, _sample_meta)
+
+    def bernoulli(a: Any, *args: Any, generator: Any = None, out: Any = None) -> Any:
+        _refuse_generator("torch.bernoulli", generator)
+        _refuse_grad("torch.bernoulli", a, inputs=True)
+        if out is not None:
+            return ltorch.copy_(out, bernoulli_op(a, *args))
+        return bernoulli_op(a, *args)
+
+    for function in (torch.bernoulli, torch.Tensor.bernoulli, ltorch.bernoulli):
+        executor._lookasides[function] = bernoulli
+
+    randperm_op = _register_sampler(executor, "randperm", _randperm, _randperm_meta)
+
+    def randperm(n: Any, *, generator: Any = None, out: Any = None, dtype: Any = None, layout: Any = None,
+                 device: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Any:
+        _refuse_generator("torch.randperm", generator)
+        if out is not None or requires_grad or pin_memory or layout not in (None, torch.strided):
+            raise NotImplementedError(
+                f"thunderplug: torch.randperm with out=, requires_grad=True, pin_memory=True or a layout other than "
+                f"torch.strided{user_location()} is not supported inside a thunder.jit function"
+            )
+        device = torch.get_default_device() if device is None else torch.device(device)
+        return randperm_op(int(n), dtypes.to_dtype(torch.int64 if dtype is None else dtype), devices.to_device(device))
+
+    executor._lookasides[torch.randperm] = randperm
