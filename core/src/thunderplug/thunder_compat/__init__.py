@@ -177,3 +177,14 @@ def record_call(compiled: Any, prologue: list, forward: list, backward: list, *,
 def debug_option_values(options: Any) -> dict[str, Any]:
     """The values of a ``thunder.DebugOptions`` (thunder keeps the registered names in ``_defaults``)."""
     return {name: getattr(options, name) for name in type(options)._defaults}
+
+
+def function_apply_parts(grad_transform: Callable[..., Any]) -> tuple[Any, Any, Callable[..., Any]] | None:
+    """What the ``grad_transform`` thunder's ``Function.apply`` lookaside registers closes over: the augmented
+    forward trace (outputs and saved tensors), the ctx proxy and the backward callable (None if it has none)."""
+    code = getattr(grad_transform, "__code__", None)
+    names = ("aliased_trace_of_augmented_fwd", "ctx_proxy", "bwd_impl_callable")
+    if code is None or grad_transform.__closure__ is None or not set(names) <= set(code.co_freevars):
+        return None
+    cells = dict(zip(code.co_freevars, grad_transform.__closure__))
+    return tuple(cells[name].cell_contents for name in names)  # type: ignore[return-value]

@@ -25,7 +25,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 from thunder.extend import ImplInfo
 
-from thunderplug.thunder_compat import interpret_call
+from thunderplug.thunder_compat import function_apply_parts, interpret_call, torch_to_thunder_function_map
 
 
 def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,15 +98,108 @@ def function_apply_needs_input_grad(original: Callable[..., Any], active: Callab
 
 def ctx_proxy_init(original: Callable[..., Any]) -> Callable[..., Any]:
     """A ctx proxy made by an ``apply`` of :func:`function_apply_needs_input_grad` gets its ``needs_input_grad``
-    (not through ``__setattr__``, which would make it a constant passed to the backward)."""
+    and eager's ``mark_non_differentiable`` (not through ``__setattr__``, which would make them constants passed
+    to the backward); :func:`function_apply_outputs` honours the marks."""
 
     def replacement(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         stack = getattr(_pending_needs_input_grad, "stack", None)
         if stack:
             self.__dict__["needs_input_grad"] = stack[-1]
+            marked: list[Any] = []
+            self.__dict__[_NON_DIFFERENTIABLE] = marked
+            self.__dict__["mark_non_differentiable"] = lambda *tensors: marked.extend(tensors)
 
     return replacement
+
+
+_NON_DIFFERENTIABLE = "_thunderplug_non_differentiable"
+
+
+def function_apply_outputs(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``Function.apply`` lookaside differentiates only a forward with one output (its grad transform
+    refuses others: ``has 2 proxies but expected 1``) and knows no ``ctx.mark_non_differentiable``. For a forward
+    with several outputs or marks, the op's grad transform is replaced by eager's engine's: the outputs marked
+    non-differentiable (and those not floating) do not require grad, and the backward gets one cotangent per
+    output, zeros where an output is marked or not floating (eager's materialized grads)."""
+
+    def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(wrapped_cls, *args, **kwargs)
+        if not active() or isinstance(result, INTERPRETER_SIGNALS):
+            return result
+        outputs = tree_flatten(unwrap(result))[0]
+        bsym = _bound_symbol_of(outputs)
+        if bsym is None:
+            return result
+        from thunder.core.jit_ext import get_jit_ctx
+
+        executor = get_jit_ctx().ad_hoc_executor
+        impl = executor.implmap.get(bsym.sym.name)
+        parts = function_apply_parts(impl.grad_transform) if impl is not None else None
+        if parts is None:
+            return result
+        augmented, ctx_proxy, backward = parts
+        primals = augmented.output[0] if isinstance(augmented.output, tuple) else None
+        marks = {t.name for t in ctx_proxy.__dict__.get(_NON_DIFFERENTIABLE, ()) if isinstance(t, TensorProxy)}
+        if primals is None or (len(primals) == 1 and not marks):
+            return result
+        constant = tuple(
+            not isinstance(p, TensorProxy) or p.name in marks or not _floating(p) for p in primals
+        )
+        executor.register_implementation(
+            bsym.sym, execution_transform=impl.execution_transform,
+            grad_transform=_grad_transform(augmented, ctx_proxy, backward, constant),
+        )  # fmt: skip
+        marked = [i for i, p in enumerate(primals) if isinstance(p, TensorProxy) and p.name in marks and _floating(p)]
+        if not marked:
+            return result
+        from thunder.core.interpreter import wrap
+
+        detach = torch_to_thunder_function_map()[torch.Tensor.detach]
+        value = unwrap(result)
+        flat = [detach(t) if i in marked else t for i, t in enumerate(value if isinstance(value, tuple) else (value,))]
+        return wrap(tuple(flat) if isinstance(value, tuple) else flat[0], provenance=result.provenance)
+
+    return replacement
+
+
+def _floating(t: TensorProxy) -> bool:
+    from thunder.core import dtypes
+
+    return dtypes.is_inexact_dtype(t.dtype)
+
+
+def _bound_symbol_of(outputs: list[Any]) -> Any:
+    """The bound symbol of the current trace whose outputs are ``outputs`` (the op the lookaside recorded)."""
+    from thunder.core.trace import get_tracectx
+
+    trace = get_tracectx()
+    names = [t.name for t in outputs if isinstance(t, TensorProxy)]
+    if trace is None or not names:
+        return None
+    for bsym in reversed(trace.bound_symbols):
+        if [t.name for t in bsym.flat_proxy_outs if isinstance(t, TensorProxy)] == names:
+            return bsym
+    return None
+
+
+def _grad_transform(augmented: Any, ctx_proxy: Any, backward: Callable[..., Any], constant: tuple[bool, ...]):
+    """The grad transform of one ``apply`` with several outputs: cotangents of every output to ``backward``."""
+
+    def grad_transform(*args: Any, **kwargs: Any) -> Any:
+        import thunder.torch as ltorch
+        from thunder.core.trace_interpreter import interpret_trace
+        from thunder.core.transforms import get_grad, put_grads
+
+        primal, residuals = interpret_trace(augmented, *args, **kwargs)
+        grads = tuple(
+            ltorch.zeros_like(p) if is_constant else get_grad(p) for p, is_constant in zip(primal, constant)
+        )
+        residuals = tuple(residuals) if isinstance(residuals, (tuple, list)) else (residuals,)
+        put_grads(args, backward(*ctx_proxy.saved_consts, *residuals, *grads))
+        return primal
+
+    return grad_transform
 
 
 def cross_entropy_label_smoothing(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:

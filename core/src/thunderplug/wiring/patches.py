@@ -179,7 +179,10 @@ PATCHES: tuple[Patch, ...] = (
         "Function.apply lookaside", _LOOKASIDES, _FUNCTION_APPLY,
         lambda original: interception.function_apply(
             fixes.function_apply_needs_input_grad(
-                fixes.function_apply_outer_grad_mode(original, _compiling_with_core), _compiling_with_core
+                fixes.function_apply_outputs(
+                    fixes.function_apply_outer_grad_mode(original, _compiling_with_core), _compiling_with_core
+                ),
+                _compiling_with_core,
             )
         ),
         "discover() compilations",
@@ -188,14 +191,18 @@ PATCHES: tuple[Patch, ...] = (
         "its backward is never called (no gradient for its inputs, silently): the output is detached only if grad "
         "was off at `apply`, as in eager and as thunder does for `autograd_function_apply`. thunder bug: its ctx has "
         "no `needs_input_grad` (`AttributeError` in a backward reading it): the ctx made during the `apply` gets "
-        "eager's flags (patch \"autograd.Function ctx needs_input_grad\").",
+        "eager's flags (patch \"autograd.Function ctx needs_input_grad\"). thunder limitation: its grad transform "
+        "refuses a forward with several outputs ('has 2 proxies but expected 1') and its ctx has no "
+        "`mark_non_differentiable`: such an op gets eager's engine's grad transform (a cotangent per output, zeros "
+        "for the marked and the non-floating ones) and the marked outputs are detached.",
         features=("subclass.interception", "wiring.fixes"),
     ),
     Patch(
         "autograd.Function ctx needs_input_grad", TorchAutogradFunctionCtxProxy, "__init__", fixes.ctx_proxy_init,
         "discover() compilations",
         "a ctx proxy made while \"Function.apply lookaside\" traces an `apply` gets eager's `needs_input_grad` (one "
-        "flag per `forward` argument: a tensor requiring grad under grad mode); outside those calls it is thunder's.",
+        "flag per `forward` argument: a tensor requiring grad under grad mode) and a `mark_non_differentiable` "
+        "recording its tensors; outside those calls it is thunder's.",
         features=("wiring.fixes",),
     ),
     Patch(
