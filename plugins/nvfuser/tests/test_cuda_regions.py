@@ -1,7 +1,7 @@
 """The CUDA fusion path without nvFuser (``torchcompile_cuda``), checked on CPU.
 
 The plan is computed here exactly as on a CUDA machine, with two stand-ins: the regions accept CPU
-tensors (``device_type="cpu"``) and are compiled with ``aot_eager`` (Dynamo and AOTAutograd, ATen's
+tensors (``device_type="cpu"``) and are compiled with ``aot_eager`` (their ATen graph run as it is, ATen's
 own kernels) instead of inductor, so the regions' code runs without inductor's CPU float8 kernels
 (which crash in torch 2.9.1). On CPU the float8 plugin's CPU ``_scaled_mm`` keeps the matmuls out of
 the regions; on CUDA they are ``aten`` ops and join them.
@@ -13,6 +13,7 @@ import collections
 import copy
 import importlib.util
 import pathlib
+import re
 import sys
 
 import pytest
@@ -228,6 +229,103 @@ def test_a_region_torch_compile_refuses_runs_op_by_op_with_a_warning():
         assert torch.equal(jitted(x), (x * 2).sin() + x)
     assert _regions(thunder.last_traces(jitted)[-1])
     assert torch.equal(jitted(x), (x * 2).sin() + x)  # the plain ops from then on, no second warning
+
+
+def _dynamo_calls(function, *args):
+    """``function(*args)`` and the Python functions it called of Dynamo's frame evaluation and guards and of
+    AOTAutograd's runtime wrappers (inductor's compiled program itself reads Dynamo's metrics context)."""
+    calls = []
+
+    def profile(frame, event, arg):
+        watched = r"torch/_dynamo/(eval_frame|guards|convert_frame)\.py|torch/_functorch/(_aot_autograd/|aot_autograd)"
+        if event == "call" and re.search(watched, frame.f_code.co_filename):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        result = function(*args)
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+def test_a_region_is_compiled_once_by_inductor_and_called_without_dynamo(monkeypatch):
+    """A region's ATen graph goes to inductor's ``compile_fx_inner`` once and later calls run the compiled
+    program directly: no Dynamo frame, no guards, no AOTAutograd wrapper (per-call overhead that cost ~9.5 ms a
+    step of the benchmark GPT). A new layout of the inputs (a transposed tensor) compiles once more. The
+    values are torch.compile(inductor)'s own, bit for bit."""
+    compile_fx_inner = cuda_regions.compile_fx_inner
+    compiled = []
+
+    def counting(graph, example_inputs, **kwargs):
+        compiled.append(graph)
+        return compile_fx_inner(graph, example_inputs, **kwargs)
+
+    monkeypatch.setattr(cuda_regions, "compile_fx_inner", counting)
+
+    def f(x):
+        return (x * 2).sin() + x
+
+    executors = thunderplug.discover()
+    executors.insert([e.name for e in executors].index("aten"), cuda_regions.CudaRegionExecutor(device_type="cpu"))
+    jitted = thunder.jit(f, executors=executors)
+    reference = torch.compile(f, backend="inductor", fullgraph=True)
+    torch.manual_seed(0)
+    xs = [torch.randn(8, 4, dtype=torch.bfloat16) for _ in range(3)]
+    expected = [reference(x) for x in xs]
+    for x, y in zip(xs, expected, strict=True):
+        torch.testing.assert_close(jitted(x), y, rtol=0, atol=0)
+    assert len(compiled) == 1 and _regions(thunder.last_traces(jitted)[-1])
+    actual, calls = _dynamo_calls(jitted, xs[0])
+    assert calls == [] and torch.equal(actual, expected[0])
+    _, reference_calls = _dynamo_calls(reference, xs[0])
+    assert reference_calls  # the check sees torch.compile's own calls
+    transposed = torch.randn(4, 8, dtype=torch.bfloat16).t()
+    torch.testing.assert_close(jitted(transposed), reference(transposed), rtol=0, atol=0)
+    torch.testing.assert_close(jitted(transposed), f(transposed), rtol=0, atol=0.02)  # eager: one bf16 step
+    assert len(compiled) == 2
+
+
+def test_a_trained_block_compiles_each_region_once_without_dynamo():
+    """A bf16 GPT block under the regions executor (``aot_eager``: the ATen graph as it is), three forward
+    and backward calls: one compilation per region (forward and backward), no Dynamo or AOTAutograd call after
+    the first, and output and gradients bit-identical to eager."""
+    gpt = _gpt_module()
+    config = gpt.GPTConfig(layers=1, d_model=32, heads=2, seq=16, batch=2, vocab=64)
+    torch.manual_seed(0)
+    block = gpt.Block(config).to(torch.bfloat16)
+    jitted = thunder.jit(copy.deepcopy(block), executors=_executors_with_cpu_regions())
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(config.batch, config.seq, config.d_model, dtype=torch.bfloat16, requires_grad=True)
+        x_eager = x.detach().clone().requires_grad_()
+        (actual, forward_calls), expected = _dynamo_calls(jitted, x), block(x_eager)
+        _, backward_calls = _dynamo_calls(actual.float().square().sum().backward)
+        expected.float().square().sum().backward()
+        if seed:  # after the first call, which compiles
+            assert forward_calls == backward_calls == []
+        assert torch.equal(actual, expected) and torch.equal(x.grad, x_eager.grad)
+        for (name, p), (_, q) in zip(jitted.named_parameters(), block.named_parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), name
+            p.grad = q.grad = None
+    forward, backward = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
+    regions = _regions(forward) + _regions(backward)
+    assert len(regions) == 2
+    for region in regions:
+        (program,) = region._call_ctx.values()
+        assert len(program.__wrapped__.__wrapped__.programs) == 1
+
+
+def test_a_region_whose_number_input_changes_every_call_stops_compiling_at_the_limit():
+    """Each new value of a number input is a new layout compiled; after ``RECOMPILE_LIMIT`` of them the region
+    runs op by op, with one warning, and its values stay right."""
+    region = cuda_regions.CompiledRegion(lambda x, n: [x * n], "aot_eager")
+    x = torch.randn(4)
+    for n in range(cuda_regions.RECOMPILE_LIMIT):
+        assert torch.equal(region(x, n)[0], x * n)
+    with pytest.warns(RuntimeWarning, match="layouts of its inputs compiled already"):
+        assert torch.equal(region(x, 100)[0], x * 100)
+    assert torch.equal(region(x, 0)[0], x * 0) and len(region.programs) == cuda_regions.RECOMPILE_LIMIT
 
 
 def test_fp32_regions_opt_in_fuses_fp32_within_the_stated_tolerance_of_eager():

@@ -1,4 +1,4 @@
-"""Where CUDA exists but nvFuser does not: runs of claimed low-precision ops as torch.compile regions.
+"""Where CUDA exists but nvFuser does not: runs of claimed low-precision ops as regions compiled by inductor.
 
 Unlike thunder's ``torchcompile`` executor, this one claims nothing while thunder chooses gradient
 rules and operator executors: its ``can_fuse`` answers only for a symbol an executor already owns
@@ -27,7 +27,16 @@ SDPA, ATen overloads, ``_scaled_mm``) carry no tag, so a GPT block's backward re
 linears and the SDPA forward (issue 43). :func:`never_recomputed` names the compute-bound ops (matrix
 products, attention, convolutions), which :meth:`CudaRegionExecutor.fuse` tags ``MATMUL_OP``: as in
 torch.compile's min-cut partitioner, their outputs (or smaller tensors computed from them) are saved, while
-cheap elementwise work may still be recomputed.
+cheap elementwise work may still be recomputed. GELU's output is saved too where a matmul reads it
+(:func:`saved_for_backward`).
+
+How a region is compiled (:class:`CompiledRegion`): not through ``torch.compile``, whose Dynamo guards and
+AOTAutograd runtime wrappers ran on every call of every region (thunder has already split forward and
+backward and runs regions without grad), but once per layout of its inputs: its ATen graph traced by
+``make_fx`` on fake tensors, with inductor's decompositions, handed to inductor's ``compile_fx_inner``, and
+the compiled program called directly. torch's private names used, all here: ``torch._inductor.compile_fx.
+compile_fx_inner``, ``torch._inductor.decomposition.select_decomp_table`` (and ``make_fx`` of
+``torch.fx.experimental.proxy_tensor``).
 """
 
 from __future__ import annotations
@@ -51,6 +60,9 @@ from thunder.executors.passes import update_fusion_call_ctx
 from thunder.executors.torch_compile import TorchCompileExecutor
 from thunder.executors.torchex import no_autocast
 from thunder.executors.utils import Region
+from torch._inductor.compile_fx import compile_fx_inner
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunderplug.tracing.fake import to_torch_value
 
@@ -115,6 +127,14 @@ _COMPUTE_BOUND_WORDS = frozenset(
     }
 )
 
+#: words of the names of elementwise ops whose outputs are saved rather than recomputed where a compute-bound
+#: op reads them: GELU (an erf per element, in fp32 for bf16) recomputed in the backward cost ~2 ms a step of
+#: the benchmark GPT on CPU (issue 43). A bf16 linear after it needs GELU's output for its weight gradient
+#: anyway, so saving it adds one tensor per block and stays below torch.compile's saved bytes; under float8 the
+#: next matmul reads a float8 cast of it, which is what is saved, and the bf16 output saved as well would
+#: exceed torch.compile's (measured on a GPT block: 53760 bytes against the min-cut's 49200)
+_SAVED_WORDS = frozenset({"gelu"})
+
 #: the tag thunder's rematerialization keeps the outputs of (with reductions and random ops)
 _KEPT = prims.OpTags.MATMUL_OP
 
@@ -124,12 +144,34 @@ def never_recomputed(bsym: BoundSymbol) -> bool:
     recomputing it: thunder's own matmul prims (tagged), or an op whose name says so."""
     if has_tags(bsym, {_KEPT}):
         return True
-    return not _COMPUTE_BOUND_WORDS.isdisjoint(re.split(r"[^a-z0-9]+", bsym.sym.name.lower()))
+    return not _COMPUTE_BOUND_WORDS.isdisjoint(_words(bsym))
 
 
-def _tagged_never_recomputed(bsym: BoundSymbol) -> BoundSymbol:
-    """``bsym``, tagged for thunder's rematerialization as an op whose outputs are kept if it is compute-bound."""
-    if not never_recomputed(bsym) or has_tags(bsym, {_KEPT}):
+def _words(bsym: BoundSymbol) -> list[str]:
+    return re.split(r"[^a-z0-9]+", bsym.sym.name.lower())
+
+
+def saved_for_backward(bsyms: Sequence[BoundSymbol]) -> list[bool]:
+    """For each op of a region, whether its outputs are kept for the backward rather than recomputed there:
+    compute-bound ops (:func:`never_recomputed`), and ops named in :data:`_SAVED_WORDS` whose output a
+    compute-bound op of the region reads directly."""
+    read_by_compute_bound = {
+        proxy.name for bsym in bsyms if never_recomputed(bsym) for proxy in bsym.flat_proxy_args
+        if isinstance(proxy, Proxy)
+    }  # fmt: skip
+    return [
+        never_recomputed(bsym)
+        or (
+            not _SAVED_WORDS.isdisjoint(_words(bsym))
+            and any(proxy.name in read_by_compute_bound for proxy in bsym.flat_proxy_outs)
+        )
+        for bsym in bsyms
+    ]
+
+
+def _tagged(bsym: BoundSymbol, saved: bool) -> BoundSymbol:
+    """``bsym``, tagged for thunder's rematerialization as an op whose outputs are kept if ``saved``."""
+    if not saved or has_tags(bsym, {_KEPT}):
         return bsym
     return bsym.from_bsym(tags=bsym.tags | {_KEPT})
 
@@ -176,11 +218,16 @@ def _with_torch_constants(bsym: BoundSymbol) -> BoundSymbol:
     return bsym.from_bsym(args=tree_map(to_torch_value, bsym.args), kwargs=tree_map(to_torch_value, bsym.kwargs))
 
 
+#: a region's compiler: ``"inductor"`` (inductor's kernels), ``"aot_eager"`` (the traced ATen graph run as it
+#: is: eager's kernels, no codegen), or a function of ``(graph_module, example_inputs)`` returning a callable
+Backend = str | Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+
+
 def compile_region(
-    bsyms: Sequence[BoundSymbol], inputs: Sequence[Proxy], outputs: Sequence[Proxy], backend: str | Callable
+    bsyms: Sequence[BoundSymbol], inputs: Sequence[Proxy], outputs: Sequence[Proxy], backend: Backend
 ) -> Callable[..., Any]:
-    """The region's ops as a Python function (each calls its owner's implementation) under
-    ``torch.compile(fullgraph=True)``, run without grad and autocast as thunder's own regions are."""
+    """The region's ops as a Python function (each calls its owner's implementation), compiled by
+    :class:`CompiledRegion` and run without grad and autocast as thunder's own regions are."""
     region = TraceCtx(None)
     region.args = list(inputs)
     region.kwargs = {}
@@ -196,30 +243,95 @@ def compile_region(
     region._siginfo = SigInfo("region")
     region._siginfo.args = [(proxy.name, None) for proxy in inputs]
     plain = region.python_callable(include_decorators=False)
-    compiled = torch.compile(plain, backend=backend, fullgraph=True)
-    return torch.no_grad()(no_autocast(_plain_if_not_compilable(compiled, plain)))
+    return torch.no_grad()(no_autocast(CompiledRegion(plain, backend)))
 
 
-def _plain_if_not_compilable(compiled: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
-    """``compiled``, or the region's ops one by one from the first call Dynamo or its backend
-    refuses (with a warning saying which op): a region that cannot be compiled is slower, never wrong."""
-    chosen = [compiled]
+#: layouts compiled per region before it runs op by op (Dynamo's ``recompile_limit``): a number input that changes
+#: every call (a step count) would otherwise compile every call
+RECOMPILE_LIMIT = 8
 
-    def run(*args: Any) -> Any:
+
+def _layout(args: Sequence[Any]) -> tuple:
+    """What a compiled region is specialized to: each tensor's dtype, device, shape and strides (inductor's
+    code assumes them), each other argument's value."""
+    return tuple(
+        (a.dtype, a.device, a.shape, a.stride()) if isinstance(a, torch.Tensor) else (type(a), a) for a in args
+    )
+
+
+def _trace(function: Callable[..., Any], tensors: list[torch.Tensor], decompositions: dict | None) -> Any:
+    """The ATen graph of ``function`` on fake copies of ``tensors`` (no kernel runs)."""
+    return make_fx(function, decomposition_table=decompositions, tracing_mode="fake")(*tensors)
+
+
+def _compile_graph(function: Callable[..., Any], tensors: list[torch.Tensor], backend: Backend) -> Callable:
+    """``function`` of ``tensors`` as a callable of a list of tensors, compiled by ``backend``."""
+    if backend == "inductor":
+        program = compile_fx_inner(_trace(function, tensors, select_decomp_table()), tensors, is_inference=True)
+        return program  # inductor's boxed convention: called with the list of inputs
+    graph = _trace(function, tensors, None)
+    if backend == "aot_eager":
+        return lambda inputs: graph(*inputs)
+    compiled = backend(graph, tensors)
+    return lambda inputs: compiled(*inputs)
+
+
+class CompiledRegion:
+    """A region's function, compiled without Dynamo: on its first call with a layout of inputs
+    (:func:`_layout`), its ATen graph is traced with ``make_fx`` on fake tensors and handed to the backend
+    (inductor's ``compile_fx_inner``, as torch.compile's inductor does after AOTAutograd); later calls with
+    that layout call the compiled program directly. torch.compile around the region instead ran Dynamo's
+    guards and AOTAutograd's runtime wrappers on every call, over regions of hundreds of inputs (cProfile of
+    the benchmark GPT's step, issue 43's size: 0.27 ms a region call, 8 calls a step). thunder has already
+    split forward and backward and runs regions without grad, so neither has anything to add.
+
+    A region that cannot be traced or compiled runs op by op from then on, with a warning naming the error:
+    slower, never wrong (an error of the user's program itself is then raised by the plain ops)."""
+
+    def __init__(self, plain: Callable[..., Any], backend: Backend):
+        if backend not in ("inductor", "aot_eager") and not callable(backend):
+            raise ValueError(f"unknown region backend {backend!r}: 'inductor', 'aot_eager' or a function")
+        self.plain = plain
+        self.backend = backend
+        self.programs: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
+        self.refused = False
+
+    def __call__(self, *args: Any) -> Any:
+        if self.refused:
+            return self.plain(*args)
+        key = _layout(args)
+        program = self.programs.get(key)
+        if program is None:
+            program = self._compile(args)
+            if program is None:
+                return self.plain(*args)
+            self.programs[key] = program
+        return program(args)
+
+    def _refuse(self, why: str) -> None:
+        warnings.warn(f"thunderplug's {NAME} runs a region op by op: {why}", RuntimeWarning, stacklevel=4)
+        self.refused = True
+
+    def _compile(self, args: Sequence[Any]) -> Callable[[Sequence[Any]], Any] | None:
+        if len(self.programs) >= RECOMPILE_LIMIT:
+            self._refuse(f"{RECOMPILE_LIMIT} layouts of its inputs compiled already (RECOMPILE_LIMIT)")
+            return None
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        constants = [None if isinstance(a, torch.Tensor) else a for a in args]  # keeps no tensor alive
+        plain = self.plain
+
+        def on_tensors(*tensors: torch.Tensor) -> list[Any]:
+            full = list(constants)
+            for position, tensor in zip(positions, tensors, strict=True):
+                full[position] = tensor
+            return list(plain(*full))
+
         try:
-            return chosen[0](*args)
-        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.BackendCompilerFailed) as error:
-            if chosen[0] is plain:
-                raise
-            warnings.warn(
-                f"thunderplug's {NAME} runs a region op by op: torch.compile refused it ({str(error).splitlines()[0]})",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            chosen[0] = plain
-            return plain(*args)
-
-    return run
+            compiled = _compile_graph(on_tensors, [args[i] for i in positions], self.backend)
+        except Exception as error:  # noqa: BLE001 - any refusal of tracing or the backend: the plain ops instead
+            self._refuse(f"it could not be compiled ({type(error).__name__}: {(str(error).splitlines() or [''])[0]})")
+            return None
+        return lambda call_args: compiled([call_args[i] for i in positions])
 
 
 class CudaRegionExecutor(TorchCompileExecutor):
@@ -234,7 +346,7 @@ class CudaRegionExecutor(TorchCompileExecutor):
         self,
         name: str = NAME,
         *,
-        backend: str | Callable = "inductor",
+        backend: Backend = "inductor",
         device_type: str = "cuda",
         fuse_fp32: bool = False,
     ):
@@ -271,7 +383,8 @@ class CudaRegionExecutor(TorchCompileExecutor):
         inputs = [unvariableify(x) for x in region.inputs]
         outputs = [unvariableify(x) for x in region.outputs]
         name = f"CudaRegion{fusion_counter}"
-        bsyms = [_tagged_never_recomputed(bsym) for bsym in region.bound_symbols]
+        saved = saved_for_backward(region.bound_symbols)
+        bsyms = [_tagged(bsym, keep) for bsym, keep in zip(region.bound_symbols, saved, strict=True)]
         compiled = compile_region(bsyms, inputs, outputs, self.backend)
         symbol = Symbol(name, meta=None, is_fusion=True, executor=self)
         return BoundSymbol(symbol, inputs, {}, outputs, bsyms, _call_ctx={name: compiled})
