@@ -9,10 +9,11 @@ parameters, buffers and torch's CPU generator state bit-identical to eager, in t
 Unknown attribute bernoulli_`` (likewise ``normal_``, ``uniform_``, ...), ``torch.randperm ... not yet supported``,
 and ``exponential_`` drawing other numbers than eager's (thunder's ``-log(uniform)``), silently.
 
-Refused by name and line: a ``generator=`` argument (a trace cannot hold a generator object; thunder's own
-``torch.randn(..., generator=g)`` & co. refuse too) and a sampler applied to a tensor computed from one that
-requires grad (eager gives it a zero gradient, which thunder's autodiff drops); a leaf requiring grad gets eager's
-in-place error.
+An explicit ``generator=`` (made in forward, a module attribute, an argument; thunder refuses ``torch.randn(...,
+generator=g)`` & co.: a trace cannot hold a generator object) breaks the graph at the call, which Dynamo runs with
+the user's generator: eager's numbers and generator states. Refused by name and line: a sampler applied to a tensor
+computed from one that requires grad (eager gives it a zero gradient, which thunder's autodiff drops); a leaf
+requiring grad gets eager's in-place error.
 """
 
 from __future__ import annotations
@@ -129,27 +130,78 @@ def test_stock_thunder_fails_or_differs(name):
         train_like_eager(PROGRAMS[name](), _inputs(), stock=True, check_rng=True)
 
 
+class _GeneratorInside(nn.Module):
+    """A generator made and seeded in forward (the same numbers every call)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn, self.linear = fn, nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fn(self.linear(x), torch.Generator().manual_seed(5))
+
+
+class _GeneratorAttribute(nn.Module):
+    """A generator kept by the module (its state advancing from call to call)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn, self.linear, self.generator = fn, nn.Linear(8, 8), torch.Generator().manual_seed(5)
+
+    def forward(self, x):
+        return self.fn(self.linear(x), self.generator)
+
+
+WITH_GENERATOR = {
+    "torch.randn": lambda h, g: h + torch.randn(h.shape, generator=g),
+    "torch.rand": lambda h, g: h * torch.rand(4, 8, generator=g),
+    "torch.randint": lambda h, g: h * torch.randint(0, 5, h.shape, generator=g),
+    "Tensor.bernoulli_": lambda h, g: h * torch.empty_like(h).bernoulli_(0.5, generator=g),
+    "Tensor.normal_": lambda h, g: h + torch.empty_like(h).normal_(generator=g),
+    "torch.randperm": lambda h, g: h[torch.randperm(4, generator=g)],
+    "torch.bernoulli": lambda h, g: h * torch.bernoulli(torch.full_like(h, 0.3), generator=g),
+    "torch.multinomial": lambda h, g: h[torch.multinomial(torch.ones(4), 4, generator=g)],
+}
+
+
+@pytest.mark.parametrize("where", [_GeneratorInside, _GeneratorAttribute], ids=["made in forward", "attribute"])
+@pytest.mark.parametrize("name", list(WITH_GENERATOR))
+def test_explicit_generators_break_the_graph_and_draw_as_eager(name, where):
+    """A ``generator=`` cannot be a trace value (thunder: ``generator is not None which is currently unsupported``,
+    or the method unknown): the graph breaks at the call, naming it and the line, and Dynamo runs it with the user's
+    generator; 3 steps equal eager's, the module's generator advancing as eager's (the outputs of later steps
+    would differ otherwise) and torch's default generator untouched as in eager."""
+    torch.manual_seed(0)
+    with pytest.warns(thunderplug.ThunderplugWarning, match=rf"{name}.*test_rng_idioms.py:\d+"):
+        train_like_eager(where(WITH_GENERATOR[name]), _inputs(), check_rng=True)
+
+
+def test_a_generator_argument_draws_as_eager():
+    def noisy(x, generator):
+        return x + torch.randn(x.shape, generator=generator) * torch.empty_like(x).uniform_(generator=generator)
+
+    x = torch.randn(3, 4)
+    eager_g, jitted_g = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    jitted = thunder.jit(noisy, executors=thunderplug.discover())
+    with pytest.warns(thunderplug.ThunderplugWarning):
+        for _ in range(2):
+            torch.testing.assert_close(jitted(x, jitted_g), noisy(x, eager_g), rtol=0, atol=0)
+    assert torch.equal(jitted_g.get_state(), eager_g.get_state())
+
+
 REFUSED = {
-    "bernoulli_ generator": (lambda h: h * torch.empty_like(h).bernoulli_(0.5, generator=torch.Generator()),
-                             r"Tensor.bernoulli_\(..., generator=...\) \(at .*test_rng_idioms.py:\d+\)"),
-    "randperm generator": (lambda h: h[torch.randperm(4, generator=torch.Generator())],
-                           r"torch.randperm\(..., generator=...\) \(at .*test_rng_idioms.py:\d+\)"),
     "bernoulli_ of a tensor requiring grad": (
         lambda h: h.bernoulli_(0.5) + h, r"Tensor.bernoulli_ of a tensor that requires grad \(at .*test_rng_idioms"),
     "normal_ of a tensor requiring grad": (
         lambda h: (h * 2).normal_() + h, r"Tensor.normal_ of a tensor that requires grad \(at .*test_rng_idioms"),
     "torch.bernoulli of probabilities requiring grad": (
         lambda h: torch.bernoulli(h.sigmoid()) * h, r"torch.bernoulli of a tensor that requires grad \(at .*test_rng"),
-    "torch.randn generator": (lambda h: h + torch.randn(h.shape, generator=torch.Generator()),
-                              "generator is not None which is currently unsupported"),
-    "torch.randint generator": (lambda h: h * torch.randint(0, 5, h.shape, generator=torch.Generator()),
-                                "generator is not None which is currently unsupported"),
 }
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
 def test_what_thunder_cannot_honour_is_refused_by_name(name):
-    """No generator objects in a trace; no zero gradient through a sampler: a NotImplementedError, never values."""
+    """No zero gradient through a sampler: a NotImplementedError naming the op and the line, never other values."""
     fn, message = REFUSED[name]
     jitted = thunder.jit(_Apply(fn), executors=thunderplug.discover())
     with pytest.raises(NotImplementedError, match=message):

@@ -23,9 +23,10 @@ depth, Swin, EfficientNet), no ``torch.randperm``, and its ``exponential_`` (``-
 precision, ``torch.bernoulli`` (``uniform < p``) draw other numbers than eager's kernels. Each is an operator running
 the torch function itself, at its place in the trace, so that it draws what eager draws where eager draws it; an
 in-place sampler fills a fresh tensor like its target, which thunder's ``copy_`` then updates (a buffer, a view of
-one, a fresh tensor). Refused by name and line: ``generator=`` (a generator object cannot be a trace value) and a
-sampler of a tensor computed under grad from one requiring grad (eager's zero gradient through it, which thunder's
-autodiff drops).
+one, a fresh tensor). An explicit ``generator=`` (of these and of ``torch.randn``/``rand``/``randint``/
+``multinomial``, which thunder refuses) cannot be a trace value: the graph breaks at the call, so Dynamo runs it with
+the user's generator (:func:`_break_at_generator`). Refused by name and line: a sampler of a tensor computed under
+grad from one requiring grad (eager's zero gradient through it, which thunder's autodiff drops).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from thunder.extend import OperatorExecutor
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import torch_to_thunder_function_map
-from thunderplug.tracing.aten import user_location
+from thunderplug.tracing.aten import DataDependentShapeError, user_location
 from thunderplug.tracing.fake import to_torch_value
 
 #: thunder's automatic registrations of random torch functions (their backward runs the function again)
@@ -216,13 +217,15 @@ INPLACE_SAMPLERS = ("bernoulli_", "normal_", "uniform_", "exponential_", "random
                     "cauchy_")
 
 
-def _refuse_generator(op: str, generator: Any) -> None:
-    """A ``torch.Generator`` object cannot be a value of a thunder trace: refused by name and line."""
+def _break_at_generator(op: str, generator: Any) -> None:
+    """A ``torch.Generator`` object cannot be a value of a thunder trace (its state is the program's): the
+    compilation breaks the graph at the call (``wiring.graph_breaks``), so Dynamo runs it eagerly with the
+    user's generator, thunder compiling the graphs around it."""
     if generator is not None:
-        raise NotImplementedError(
-            f"thunderplug: {op}(..., generator=...){user_location()}: a torch.Generator cannot be passed to an op "
-            "inside a thunder.jit function (thunder 0.2.6 traces no generator objects); draw from torch's default "
-            "generator inside it, or draw outside the jitted function and pass the tensor in."
+        location = user_location()
+        raise DataDependentShapeError(
+            f"{op}(..., generator=...){location}: a torch.Generator cannot be a value of a thunder trace",
+            op=f"{op}(generator=...)", location=location,
         )
 
 
@@ -312,13 +315,13 @@ def register_samplers(executor: OperatorExecutor) -> None:
     updates ``t``, a fresh tensor or a buffer, and its aliases), for ``torch.bernoulli``/``Tensor.bernoulli``
     (thunder's ``uniform < p`` draws other numbers than eager's kernel in reduced precision) and for
     ``torch.randperm`` (thunder: ``not yet supported``), each the torch function itself at its place in the trace.
-    A ``generator=`` argument is refused by name and line."""
+    With a ``generator=`` argument these and ``torch.randn``/``rand``/``randint``/``multinomial`` break the graph."""
     for name in INPLACE_SAMPLERS:
         sample = _register_sampler(executor, name, _inplace_sample(name), _sample_meta)
 
         def inplace(a: Any, *args: Any, _name: str = name, _sample: Any = sample, generator: Any = None,
                     **kwargs: Any) -> Any:
-            _refuse_generator(f"Tensor.{_name}", generator)
+            _break_at_generator(f"Tensor.{_name}", generator)
             _refuse_grad(f"Tensor.{_name}", a)
             return ltorch.copy_(a, _sample(a, *args, **kwargs))
 
@@ -330,7 +333,7 @@ def register_samplers(executor: OperatorExecutor) -> None:
     bernoulli_op = _register_sampler(executor, "bernoulli", _bernoulli, _sample_meta)
 
     def bernoulli(a: Any, *args: Any, generator: Any = None, out: Any = None) -> Any:
-        _refuse_generator("torch.bernoulli", generator)
+        _break_at_generator("torch.bernoulli", generator)
         _refuse_grad("torch.bernoulli", a, inputs=True)
         if out is not None:
             return ltorch.copy_(out, bernoulli_op(a, *args))
@@ -343,7 +346,7 @@ def register_samplers(executor: OperatorExecutor) -> None:
 
     def randperm(n: Any, *, generator: Any = None, out: Any = None, dtype: Any = None, layout: Any = None,
                  device: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Any:
-        _refuse_generator("torch.randperm", generator)
+        _break_at_generator("torch.randperm", generator)
         if out is not None or requires_grad or pin_memory or layout not in (None, torch.strided):
             raise NotImplementedError(
                 f"thunderplug: torch.randperm with out=, requires_grad=True, pin_memory=True or a layout other than "
@@ -353,3 +356,12 @@ def register_samplers(executor: OperatorExecutor) -> None:
         return randperm_op(int(n), dtypes.to_dtype(torch.int64 if dtype is None else dtype), devices.to_device(device))
 
     executor._lookasides[torch.randperm] = randperm
+
+    for function, symbol in ((torch.randn, ltorch.randn), (torch.rand, ltorch.rand), (torch.randint, ltorch.randint),
+                             (torch.multinomial, ltorch.multinomial), (torch.Tensor.multinomial, ltorch.multinomial)):
+        def generating(*args: Any, _symbol: Any = symbol, _name: str = function.__name__, generator: Any = None,
+                       **kwargs: Any) -> Any:
+            _break_at_generator(f"torch.{_name}", generator)
+            return _symbol(*args, **kwargs)
+
+        executor._lookasides[function] = generating
