@@ -60,8 +60,6 @@ XFAIL: dict[str, str] = {
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "control_flow/tolist-split-sizes":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
-    "functional/torch.func.functional_call":
-        "loud: InterpreterError: Encountered exception TypeError: unhashable type: 'TensorProxy'",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: RuntimeError: aten::max() Expected a value of type 'int' for argument 'dim' but instead found t...",
     "vision/efficientnet-MBConv-block": "drift: max diff 3.8e-06 (step 2 grad of block.3.0.weight)",

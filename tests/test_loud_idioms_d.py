@@ -88,3 +88,25 @@ class _FunctionsModel(nn.Module):
 def test_autograd_function_variants_train_as_eager(which):
     torch.manual_seed(0)
     train_like_eager(_FunctionsModel(which), _batches(4, 6))
+
+
+class _MetaLearner(nn.Module):
+    """An inner module run with its parameters scaled through functional_call (a MAML-style inner step)."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+        self.inner = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        self.scale = nn.Parameter(torch.tensor(0.9))
+
+    def forward(self, x):
+        params = {name: p * self.scale for name, p in self.inner.named_parameters()}
+        return self.call(self.inner, params, (x,)) + self.inner(x)
+
+
+@pytest.mark.parametrize("call", [torch.func.functional_call, torch.nn.utils.stateless.functional_call],
+                         ids=["torch.func", "stateless"])
+def test_functional_call_trains_as_eager(call):
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="functional_call"):
+        train_like_eager(_MetaLearner(call), _batches(4, 6))

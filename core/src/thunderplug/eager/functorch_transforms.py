@@ -39,7 +39,7 @@ from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.transforms import register_grad
 from thunder.executors.pythonex import ex as pythonex
 
-from thunderplug.tracing.aten import user_location
+from thunderplug.tracing.aten import DataDependentShapeError, user_location
 from thunderplug.tracing.fake import fake_like, fake_mode
 from thunderplug.tracing.trace_state import grad_enabled
 
@@ -398,3 +398,42 @@ def _leave_innermost_level() -> None:
         functorch.TransformType.Functionalize: functorch._func_decrement_nesting,
     }[kind]
     leave()
+
+
+# -- torch.func.functional_call ----------------------------------------------------------------------------
+
+#: the functional_call entry points: torch.func's and the older torch.nn.utils.stateless one
+FUNCTIONAL_CALLS: dict[str, Callable[..., Any]] = {
+    "torch.func.functional_call": torch.func.functional_call,
+    "torch.nn.utils.stateless.functional_call": torch.nn.utils.stateless.functional_call,
+}
+
+
+def functional_call_break(name: str, interpret: Callable[..., Any], active: Callable[[], bool]) -> Callable:
+    """A lookaside for ``name`` (of :data:`FUNCTIONAL_CALLS`). ``functional_call(module, params, args)`` swaps the
+    module's parameters for ``params`` in place for the call (keyed by the tensors themselves, which thunder's
+    proxies cannot be: ``TypeError: unhashable type: 'TensorProxy'``) and back after it, a change of the module a
+    thunder trace cannot record. In discover() compilations it is a :class:`DataDependentShapeError` naming the
+    line, on which the compilation graph-breaks (``wiring.graph_breaks``): Dynamo, which traces functional_call,
+    captures the call in its graphs, which thunder.jit compiles."""
+    unlooked = _unlooked(FUNCTIONAL_CALLS[name])
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        location = user_location()
+        raise DataDependentShapeError(
+            f"`{name}`{location}: it swaps the module's parameters in place for the call, which a thunder 0.2.6 trace "
+            "cannot record. Call the module's functional form (its ops on the given tensors) instead.",
+            op=f"`{name}`", location=location,
+        )  # fmt: skip
+
+    refusal = interpreter_needs_wrap(refuse)
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(*args: Any, **kwargs: Any) -> Any:
+            if not active():
+                return interpret(unlooked, *args, **kwargs)
+            return refusal(*args, **kwargs)
+
+        return lookaside
+
+    return make

@@ -418,6 +418,19 @@ PATCHES: tuple[Patch, ...] = (
         for name, transform in functorch_transforms.TRANSFORMS.items()
         if name != "torch.vmap"
     ),
+    *(
+        Patch(
+            f"{name} lookaside", _LOOKASIDES, function,
+            functorch_transforms.functional_call_break(name, interpret_call, _compiling_with_core),
+            "discover() compilations",
+            "`functional_call(module, params, args)` failed with `TypeError: unhashable type: 'TensorProxy'` (it "
+            "keys the module's tensors by identity and swaps the parameters in place for the call, which a trace "
+            "cannot record): it is a `DataDependentShapeError` naming the line, at which \"graph breaks at "
+            "data-dependent ops\" breaks the graph, so Dynamo captures the call and thunder.jit compiles its graphs.",
+            features=("eager.functorch_transforms",),
+        )
+        for name, function in functorch_transforms.FUNCTIONAL_CALLS.items()
+    ),
     Patch(
         "ThunderCompiler.__call__", thunderfx.compiler_class(), "__call__", thunderfx.subclass_graphs_to_jit,
         "discover() compilations",
