@@ -216,7 +216,7 @@ def test_float8_training_on_cuda_fuses_with_inductor():
     assert _float8_casts(b for b in forward.bound_symbols if not b.sym.is_fusion) == 0
 
 
-def test_a_region_torch_compile_refuses_runs_op_by_op_with_a_warning():
+def test_a_region_the_backend_refuses_runs_op_by_op_with_a_warning():
     def refusing_backend(graph_module, example_inputs):
         raise RuntimeError("no kernel for this region")
 
