@@ -258,3 +258,22 @@ def test_torchvision_models_with_stochastic_depth_train_as_eager(name):
     build, shape, steps = TORCHVISION_MODELS[name]
     torch.manual_seed(0)
     train_like_eager(build(), [(torch.randn(shape),) for _ in range(steps)], check_rng=True)
+
+
+def test_an_unused_draw_still_draws_without_grad():
+    """Eager draws where the program says, used or not: the samplers are not removed as dead code (their operators
+    are tagged DONT_DCE), so the draws after them are eager's. Under grad thunder's forward/backward split still
+    moves an unused draw out of the forward (not fixed; thunder's own unused ``torch.rand`` is dropped in any mode)."""
+
+    def unused(h):
+        torch.randperm(5)
+        torch.empty(3).normal_()
+        torch.empty(2).bernoulli_(0.5)
+        return h * torch.empty_like(h).uniform_()
+
+    h = torch.randn(3)
+    torch.manual_seed(0)
+    expected, state = unused(h), torch.get_rng_state()
+    torch.manual_seed(0)
+    torch.testing.assert_close(thunder.jit(unused, executors=thunderplug.discover())(h), expected, rtol=0, atol=0)
+    assert torch.equal(torch.get_rng_state(), state)

@@ -37,7 +37,7 @@ from typing import Any
 import thunder.torch as ltorch
 import torch
 import torch.nn.functional as F
-from thunder.core import devices, dtypes
+from thunder.core import devices, dtypes, prims
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import ProxyTag, TensorProxy
@@ -49,6 +49,9 @@ from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import torch_to_thunder_function_map
 from thunderplug.tracing.aten import DataDependentShapeError, user_location
 from thunderplug.tracing.fake import to_torch_value
+
+#: the tags of the operators that draw: kept where their result is unused (eager draws, and later draws depend on it)
+DRAWS = [prims.OpTags.DONT_DCE]
 
 #: thunder's automatic registrations of random torch functions (their backward runs the function again)
 _REGISTERED = (
@@ -155,8 +158,10 @@ def _register(executor: OperatorExecutor, name: str, fn: Callable[..., Any]) -> 
             generator.set_state(now)
         return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(found, grads))
 
-    plain = executor.register_operator(f"eager_random_{name}", meta=lambda *a, **k: _meta(fn, a, k), fn=fn)
-    forward = executor.register_operator(f"eager_random_{name}_forward", meta=forward_meta, fn=forward_run)
+    plain = executor.register_operator(f"eager_random_{name}", meta=lambda *a, **k: _meta(fn, a, k), fn=fn,
+                                       tags=DRAWS)
+    forward = executor.register_operator(f"eager_random_{name}_forward", meta=forward_meta, fn=forward_run,
+                                         tags=DRAWS)
     backward = executor.register_operator(f"eager_random_{name}_backward", meta=backward_meta, fn=backward_run)
 
     def grad(*args: Any, **kwargs: Any) -> Any:
@@ -282,7 +287,7 @@ def _register_sampler(executor: OperatorExecutor, name: str, fn: Callable[..., t
     """The operator ``eager_random_<name>`` running ``fn`` (which draws from the generator at its place in the
     trace, as eager's op at its place in the program); no gradient flows through it (:func:`_refuse_grad` refuses
     where eager's zero gradient would matter)."""
-    op = executor.register_operator(f"eager_random_{name}", meta=meta, fn=fn)
+    op = executor.register_operator(f"eager_random_{name}", meta=meta, fn=fn, tags=DRAWS)
     executor.register_implementation(op, execution_transform=op, grad_transform=op)
     return op
 
@@ -333,6 +338,8 @@ def register_samplers(executor: OperatorExecutor) -> None:
     bernoulli_op = _register_sampler(executor, "bernoulli", _bernoulli, _sample_meta)
 
     def bernoulli(a: Any, *args: Any, generator: Any = None, out: Any = None) -> Any:
+        if not _plain((a, *args), {}):  # a tensor subclass: thunder's symbol, which the subclass core unrolls
+            return ltorch.bernoulli(a, *args, generator=generator)
         _break_at_generator("torch.bernoulli", generator)
         _refuse_grad("torch.bernoulli", a, inputs=True)
         if out is not None:
