@@ -41,7 +41,6 @@ XFAIL: dict[str, str] = {
         "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
     "rnns/LSTM-two-layers": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
     "rnns/GRU-bidirectional": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
-    "rnns/LSTMCell-python-loop": "SILENT: max diff 2.0e-01 (step 0 grad of cell.bias_ih)",
     "attention/MultiheadAttention": "SILENT: max diff 4.5e-02 (final attn.in_proj_bias)",
     "attention/MultiheadAttention-key_padding_mask":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",

@@ -17,12 +17,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from thunder.core import prims
 from thunder.core.codeutils import SigInfo
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
+from thunder.core.prims import get_grad, put_grad
 from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
-from thunder.core.pytree import tree_flatten
+from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.trace import TraceCtx
+from thunder.core.transforms import augmented_forward_impls, backward_impls
 from thunder.extend import ImplInfo
 
 from thunderplug.thunder_compat import function_apply_parts, interpret_call, torch_to_thunder_function_map
@@ -332,6 +335,59 @@ def _names_in(bound_symbols: list) -> set[str]:
         names.update(p.name for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs))
         names.update(_names_in(bsym.subsymbols))
     return names
+
+
+def nested_argument_grads(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's autodiff (``transforms/autodiff.py:grad_transform_on_trace``) builds the joint forward and
+    backward of a symbol without a grad transform from its ``augmented_forward_impls``/``backward_impls`` pair,
+    and there puts each gradient to its argument only where the argument is itself a tensor: a tensor inside a
+    tuple or list argument gets none, silently. ``nn.LSTMCell`` in a Python loop passes the previous step's
+    ``(h, c)`` as one tuple to ``torch.lstm_cell`` (a symbol thunder registered automatically), so no gradient
+    reached the earlier steps (the cell's weights 2e-1 off eager's after two steps). For such a call (a tuple or list
+    argument holding a tensor) the joint is built here the same way, with each gradient put to the tensor in the
+    place it came from."""
+
+    def replacement(bsym: Any, *, executors_list: Sequence[Any] = ()) -> tuple[Any, Any]:
+        found = original(bsym, executors_list=executors_list)
+        if found[0] is not None or not active() or bsym.sym.id not in augmented_forward_impls:
+            return found
+        if not any(isinstance(a, (tuple, list)) and any(isinstance(x, TensorProxy) for x in tree_flatten(a)[0])
+                   for a in bsym.args):
+            return found
+        return _nested_joint(bsym), None
+
+    return replacement
+
+
+def _put_nested_grad(arg: Any, grad: Any) -> None:
+    if isinstance(arg, TensorProxy):
+        if grad is not None:
+            put_grad(arg, grad)
+    elif isinstance(arg, (tuple, list)) and isinstance(grad, (tuple, list)):
+        for a, g in zip(arg, grad, strict=True):
+            _put_nested_grad(a, g)
+
+
+def _nested_joint(bsym: Any) -> Callable[..., Any]:
+    """thunder's ad hoc joint of ``bsym`` (the inputs it returns shallow-copied, as thunder's are, so that their
+    gradients are edges of their own), its gradients put through nested tuple and list arguments."""
+    augmented, backward = augmented_forward_impls[bsym.sym.id], backward_impls[bsym.sym.id]
+    argument_names = {a.name for a in bsym.flat_proxy_args}
+
+    def joint(*args: Any, **kwargs: Any) -> Any:
+        result, saved = augmented(*args, **kwargs)
+        result = tree_map(
+            lambda p: prims.shallow_copy(p) if isinstance(p, TensorProxy) and p.name in argument_names else p, result
+        )
+        grads_out = [get_grad(r) for r in tree_flatten(result)[0] if isinstance(r, TensorProxy)]
+        grads_in = backward(*saved, *grads_out)
+        if isinstance(grads_in, TensorProxy):
+            grads_in = (grads_in,)
+        for arg, grad in zip(args, grads_in):
+            _put_nested_grad(arg, grad)
+        return result
+
+    return joint
 
 
 def index_put_backward(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:

@@ -925,6 +925,16 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "gradients through tuple and list arguments", autodiff, "_get_gradfn_and_executor",
+        lambda original: fixes.nested_argument_grads(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder bug: autodiff's joint of a symbol without a grad transform (its augmented forward and backward) "
+        "puts no gradient to a tensor inside a tuple or list argument, silently: `nn.LSTMCell` in a Python loop "
+        "(`torch.lstm_cell(x, (h, c), ...)`) gave the earlier steps no gradient (the weights 2e-1 off eager's); "
+        "for such calls the joint is built the same way with each gradient put in its tensor's place.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "cross_entropy label smoothing", ltorch, "_cross_entropy_loss_label_smoothing",
         lambda original: fixes.cross_entropy_label_smoothing(original, lambda: active_core_executor() is not None),
         "discover() compilations",
