@@ -93,7 +93,7 @@ def test_distinct_lengths_compile_at_most_three_times(trained):
     assert bench.compilations(jitted) <= AT_MOST, (name, bench.compilations(jitted))
 
 
-@pytest.mark.skipif(not HEAVY, reason="THUNDERPLUG_DYNAMIC_HEAVY=1 runs it (~1 CPU minute)")
+@pytest.mark.skipif(not HEAVY, reason="THUNDERPLUG_DYNAMIC_HEAVY=1 runs it (~2 CPU minutes)")
 def test_benchmark_sized_gpt_with_varying_lengths_equals_eager():
     config = bench.gpt_config()
     jitted = _train_against_eager(_model("gpt", heavy=True), _varying_lengths(config.vocab, batch=config.batch))
@@ -226,5 +226,9 @@ def test_a_jagged_nested_tensor_made_inside_is_refused_naming_the_type():
     values, offsets = torch.randn(8, 8), torch.tensor([0, 3, 8])
     assert torch.isfinite(fn(values, offsets))  # eager runs it
     jitted = thunder.jit(fn, executors=thunderplug.discover())
-    with pytest.raises(Exception, match=r"NestedTensor .*dynamic \(nested int\) dimension.*static shapes"):
+    # the first NestedTensor the interpreter meets is torch's own view dummy (nested_tensor.py's _nt_view_dummy)
+    with pytest.raises(Exception, match=r"NestedTensor with a dynamic \(nested int\) dimension, shape \(2, j\d+, 3\) "
+                       r"\(at .*nested_tensor.py:\d+\): thunder 0.2.6 traces static shapes only, so jagged "
+                       r"NestedTensors are not supported, as inputs or made inside the function") as error:
         jitted(values, offsets)
+    assert "while tracing <function" in str(error.value) and ".fn at" in str(error.value)  # the user's function

@@ -65,6 +65,6 @@ def test_jagged_nested_tensor_is_refused_by_name():
     assert type((nested * 2).sin()).__name__ == "NestedTensor"  # eager runs it
     jitted = thunder.jit(lambda x: (x * 2).sin(), executors=thunderplug.discover(quiet=True))
     with pytest.raises(
-        Exception, match=r"NestedTensor input with a dynamic \(nested int\) dimension, shape \(2, j1, 4\)"
+        Exception, match=r"NestedTensor with a dynamic \(nested int\) dimension, shape \(2, j1, 4\)"
     ):
         jitted(nested)

@@ -80,12 +80,14 @@ def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _refuse_dynamic_shape(x: torch.Tensor) -> None:
     """thunder traces static shapes: a subclass whose size is symbolic (a jagged NestedTensor's
-    nested int ``j1``) is refused by name, instead of failing later on an unexpected SymInt."""
+    nested int ``j1``) is refused by name, instead of failing later on an unexpected SymInt. An input, or one
+    the function builds (``nested_tensor_from_jagged(values, offsets)``: proxied here too, at the user's line)."""
     if any(not isinstance(size, int) for size in x.shape):
         raise UntraceableSubclassError(
-            f"{type(x).__qualname__} input with a dynamic (nested int) dimension, shape {tuple(x.shape)}: thunder "
-            "traces static shapes only, so jagged NestedTensors are not supported; pass its padded form "
-            "(x.to_padded_tensor(0.0)) or its values() and offsets() as plain tensors"
+            f"{type(x).__qualname__} with a dynamic (nested int) dimension, shape {tuple(x.shape)}{user_location()}: "
+            "thunder 0.2.6 traces static shapes only, so jagged NestedTensors are not supported, as inputs or made "
+            "inside the function (docs/subclasses.md); pass its padded form (x.to_padded_tensor(0.0)), or keep the "
+            "nested tensor outside the jitted function"
         )
 
 
