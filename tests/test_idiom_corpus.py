@@ -41,18 +41,6 @@ XFAIL: dict[str, str] = {
         "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
     "rnns/LSTM-two-layers": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
     "rnns/GRU-bidirectional": "loud: InterpreterError: Encountered exception KeyError: None while tracing _Plain(",
-    "attention/MultiheadAttention": "SILENT: max diff 4.5e-02 (final attn.in_proj_bias)",
-    "attention/MultiheadAttention-key_padding_mask":
-        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
-    "attention/TransformerEncoder-train":
-        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
-    "attention/TransformerEncoder-eval-fast-path":
-        "loud: NotImplementedError: Trying to call function torch._transformer_encoder_layer_fwd, but it is no...",
-    "attention/Transformer-with-masks":
-        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
-    "attention/sdpa-enable_gqa": "SILENT: max diff 5.3e-03 (final k.bias)",
-    "attention/conformer-block":
-        "loud: NotImplementedError: Exception encountered when doing automatic registration for <function mult...",
     "distributions/vae-Normal-rsample-kl":
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "distributions/Normal-log_prob-entropy":
@@ -62,8 +50,6 @@ XFAIL: dict[str, str] = {
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: RuntimeError: aten::max() Expected a value of type 'int' for argument 'dim' but instead found t...",
     "vision/efficientnet-MBConv-block": "drift: max diff 3.8e-06 (step 2 grad of block.3.0.weight)",
-    "hf/hf-Llama-GQA-sdpa": "drift: max diff 1.1e-06 (final model.model.layers.0.self_attn.q_proj.weight)",
-    "hf/hf-Qwen2MoE": "drift: max diff 5.7e-07 (final model.model.layers.1.self_attn.k_proj.bias)",
     "quantization/torchao-QAT-int8-act-int4-weight":
         "loud: NotImplementedError: Exception occured unpacking object from ProvenanceRecord(",
 }  # fmt: skip

@@ -532,34 +532,6 @@ def _cat_like_eager(tensors: Any, dim: int = 0) -> Any:
     return result if result.dtype == dtype else ltorch.to(result, dtype)
 
 
-def sdpa_lookaside(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
-    """thunder's ``scaled_dot_product_attention`` has no ``enable_gqa`` (torch >= 2.5; transformers passes
-    it for grouped-query attention without a mask): the key and value heads are repeated to the query's
-    (``repeat_interleave`` over the head dimension, what eager's kernels compute: bit-identical on CPU,
-    gradients included) and the call goes to thunder's symbol."""
-    from thunder.core.jit_ext import ensure_recursive_proxies, record_source_loc_in_symbol_header
-
-    ours = ensure_recursive_proxies(interpreter_needs_wrap(record_source_loc_in_symbol_header(_sdpa_with_gqa)))
-
-    def replacement(*args: Any, **kwargs: Any) -> Any:
-        return ours(*args, **kwargs) if active() and "enable_gqa" in kwargs else original(*args, **kwargs)
-
-    return replacement
-
-
-def _sdpa_with_gqa(
-    query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
-    scale: float | None = None, enable_gqa: bool = False,
-) -> Any:
-    import thunder.torch as ltorch
-
-    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
-        repeats = query.shape[-3] // key.shape[-3]
-        key = ltorch.repeat_interleave(key, repeats, dim=-3)
-        value = ltorch.repeat_interleave(value, repeats, dim=-3)
-    return ltorch.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
-
-
 def process_recorded_modifications(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """thunder replays, after the computation, every write the function made to a dict it did not create as a
     local, including the ``_buffers`` of a module the function constructs itself (transformers'

@@ -772,13 +772,6 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
-        "scaled_dot_product_attention lookaside", _LOOKASIDES, torch.nn.functional.scaled_dot_product_attention,
-        lambda original: fixes.sdpa_lookaside(original, _compiling_with_core), "discover() compilations",
-        "thunder's symbol lacks `enable_gqa` (transformers passes it for grouped-query attention): key and value "
-        "heads are repeated to the query's, which is what eager computes (bit-identical on CPU).",
-        features=("wiring.fixes",),
-    ),
-    Patch(
         "process_recorded_modifications", jit_ext, "process_recorded_modifications",
         lambda original: fixes.process_recorded_modifications(original, _compiling_with_core),
         "discover() compilations",

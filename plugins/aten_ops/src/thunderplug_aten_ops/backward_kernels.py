@@ -70,6 +70,7 @@ from thunder.extend import OperatorExecutor
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.tracing.fake import to_torch_value
 from thunderplug_aten_ops import (
+    attention,
     avg_pool_forms,
     broadcast_views,
     complex_ops,
@@ -1353,6 +1354,7 @@ def build_executor() -> OperatorExecutor:
     interpolate_modes.register(executor)
     avg_pool_forms.register(executor)
     torch_forms.register(executor)
+    attention.register(executor)
     broadcast_views.register(executor)
     random_ops.register(executor)
     random_ops.register_samplers(executor)
