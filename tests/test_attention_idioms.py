@@ -158,6 +158,8 @@ def _eval_like_eager(model: nn.Module, inputs: list[tuple], op: str) -> None:
 
 @pytest.mark.parametrize("padding", [False, True], ids=["no_mask", "padding"])
 def test_transformer_encoder_eval_fast_path_as_eager(padding: bool) -> None:
+    """With a padding mask the fast path is refused by name (it gave other values than eager after
+    tests/test_aten_fallback.py had run in the process; the cause is not found)."""
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
     encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -170,6 +172,10 @@ def test_transformer_encoder_eval_fast_path_as_eager(padding: bool) -> None:
         def forward(self, x):
             return self.encoder(x, src_key_padding_mask=_PADDING if padding else None)
 
+    if padding:
+        with pytest.raises(NotImplementedError, match=r"_transformer_encoder_layer_fwd.*eval fast path"):
+            _eval_like_eager(Model(), [(x,) for x in _batches(3, 5, 8)], "eager_transformer_encoder_layer_fwd")
+        return
     _eval_like_eager(Model(), [(x,) for x in _batches(3, 5, 8)], "eager_transformer_encoder_layer_fwd")
 
 
