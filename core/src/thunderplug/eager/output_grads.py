@@ -42,10 +42,11 @@ from thunder.core import dtypes, prims
 from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.core.trace import TraceCtx, from_trace, get_tracectx, tracectx
 from thunder.executors.pythonex import ex as pythonex
 
 from thunderplug.eager import tied_grads
+from thunderplug.tracing import trace_walk
 
 #: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
 _FLAG = "_thunderplug_non_differentiable"
@@ -138,19 +139,75 @@ def _requiring_grad(trace: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> Ite
         stack.pop()
 
 
+#: torch functions whose floating outputs never require grad in eager, even of a tensor that does (its shape,
+#: dtype or device only is read), as thunder's symbols name them
+NON_DIFFERENTIABLE = frozenset({
+    "detach", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "new_zeros",
+    "new_ones", "new_full", "new_empty", "new_tensor", "histc",
+})  # fmt: skip
+#: torch functions differentiable in their first argument only (the second gives a dtype, device or shape)
+FIRST_ARGUMENT_ONLY = frozenset({"type_as", "to", "expand_as", "view_as", "reshape_as"})
+
+
 def _follow(bsyms: list[BoundSymbol], reached: set, classified: set, cuts: Callable[[BoundSymbol], bool]) -> None:
     """Extend ``reached`` with the outputs of ``bsyms`` (and of their subsymbols) that a reached value
     feeds through differentiable values; every output joins ``classified``."""
     for bsym in bsyms:
-        outs = [variableify(out) for out in bsym.flat_proxy_outs]
-        stops = bsym.sym.name == "detach" or cuts(bsym)
-        if not stops and any(variableify(a) in reached for a in bsym.flat_proxy_args):
-            reached.update(
-                variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out)
-            )
-        classified.update(outs)
-        if not stops and bsym.subsymbols:
-            _follow(bsym.subsymbols, reached, classified, cuts)
+        _follow_one(bsym, reached, classified, cuts)
+
+
+def _follow_one(bsym: BoundSymbol, reached: set, classified: set, cuts: Callable[[BoundSymbol], bool]) -> None:
+    """:func:`_follow` for one bound symbol. A ``copy_`` of a reached value into a tensor (an in-place op's
+    subsymbol, ``h.add_(w)``) under grad mode reaches the tensor too: eager's in-place op gives it the history."""
+    outs = [variableify(out) for out in bsym.flat_proxy_outs]
+    stops = bsym.sym.name in NON_DIFFERENTIABLE or cuts(bsym)
+    args = bsym.flat_proxy_args
+    if bsym.sym.name in FIRST_ARGUMENT_ONLY and bsym.args and isinstance(bsym.args[0], Proxy):
+        args = [bsym.args[0]]
+    if not stops and any(variableify(a) in reached for a in args):
+        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
+        if bsym.sym.id == prims.PrimIDs.COPY_ and len(bsym.args) >= 2 and isinstance(bsym.args[1], TensorProxy):
+            if variableify(bsym.args[0]) in reached and not _detached(bsym.output) and _carries_grad(bsym.args[1]):
+                reached.add(variableify(bsym.args[1]))
+    classified.update(outs)
+    if not stops and bsym.subsymbols:
+        _follow(bsym.subsymbols, reached, classified, cuts)
+
+
+def requires_grad_while_tracing(value: TensorProxy, cuts: Callable[[BoundSymbol], bool]) -> bool:
+    """Whether ``value`` requires grad in eager at this point of the program thunder is interpreting (the answer
+    to the program's ``value.requires_grad``): an input or parameter that does, or a floating value computed so
+    far, under grad mode, from one that does through differentiable ops, as :func:`_follow` follows them
+    (``cuts`` as for :func:`marking_outputs`). thunder's own ``requires_grad`` of a computed value is False
+    (set on inputs only), and stays so: its transforms read it."""
+    if not _carries_grad(value):
+        return False
+    if value.requires_grad:
+        return True
+    trace = _interpreted_trace()
+    if trace is None:
+        return False
+
+    def visit(state: tuple[set, set], bsym: BoundSymbol) -> None:
+        reached, classified = state
+        # inputs and parameters are the only proxies thunder sets requires_grad on
+        reached.update(variableify(a) for a in bsym.flat_proxy_args if getattr(a, "requires_grad", False))
+        _follow_one(bsym, reached, classified, cuts)
+
+    reached, _ = trace_walk.facts(trace, "requires grad", lambda: (set(), set()), visit)
+    return variableify(value) in reached
+
+
+def _interpreted_trace() -> TraceCtx | None:
+    """The computation trace of the program thunder is interpreting (also where an ``autograd.Function``'s
+    forward is traced into a trace of its own, whose values eager computes without grad), else the trace being
+    recorded."""
+    from thunder.core.jit_ext import get_jit_ctx
+
+    try:
+        return get_jit_ctx().computation_trace
+    except LookupError:
+        return get_tracectx()
 
 
 def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol], bool]) -> TraceCtx:

@@ -39,10 +39,13 @@ import torch
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import get_tracectx
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
+from thunderplug.eager.output_grads import requires_grad_while_tracing
 from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.tracing import trace_walk
 from thunderplug.tracing.aten import DataDependentShapeError, data_dependent, user_location
 
 # -- the % operators ------------------------------------------------------------------------------------------
@@ -267,23 +270,38 @@ def unknown_number_branch(to_bool: Callable[[Any], bool], active: Callable[[], b
 def _read_from_tensor(number: NumberProxy) -> bool:
     """Whether ``number`` has no value of its own while tracing: it, or a number it was computed from in the
     trace being recorded, is unknown (``t.item()``'s result prints as ``float ?``; a comparison of it gets a
-    made-up value)."""
+    made-up value). The numbers computed from unknown ones are gathered once per trace, each symbol visited
+    once (``tracing.trace_walk``), not on every ``bool()``."""
+    if number.value is None:
+        return True
     trace = get_tracectx()
-    if trace is None:
-        return number.value is None
-    producers = {out.name: bsym for bsym in trace.bound_symbols for out in bsym.flat_proxy_outs}
-    pending, seen = [number], set()
-    while pending:
-        current = pending.pop()
-        if current.value is None:
-            return True
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        producer = producers.get(current.name)
-        if producer is not None:
-            pending += [arg for arg in producer.flat_proxy_args if isinstance(arg, NumberProxy)]
-    return False
+    return trace is not None and number.name in trace_walk.facts(trace, "numbers read from tensors", set, _unknowns)
+
+
+def _unknowns(unknown: set[str], bsym: BoundSymbol) -> None:
+    """Extend ``unknown`` with the numbers ``bsym`` computes from an unknown number."""
+    if any(isinstance(a, NumberProxy) and (a.value is None or a.name in unknown) for a in bsym.flat_proxy_args):
+        unknown.update(out.name for out in bsym.flat_proxy_outs if isinstance(out, NumberProxy))
+
+
+def requires_grad_property(
+    original: Callable[..., Any], active: Callable[[], bool], cuts: Callable[[BoundSymbol], bool]
+) -> Callable[..., Any]:
+    """The lookaside of ``TensorProxy.requires_grad``'s getter (``original``): the program's ``h.requires_grad``
+    of a tensor it computed is eager's in discover() compilations, True where ``h`` is derived under grad mode
+    from an input or parameter that requires grad through differentiable ops (``output_grads.
+    requires_grad_while_tracing``, ``cuts`` as its). thunder sets the flag on inputs only, so ``if
+    h.requires_grad: h.register_hook(...)`` skipped the hook and ``h * 2 if h.requires_grad else h * 3`` took the
+    else branch, silently (stock thunder too). Only the interpreted program's read is answered: thunder's own
+    code (its transforms) reads the proxy's flag, unchanged."""
+    ours = interpreter_needs_wrap(lambda proxy: requires_grad_while_tracing(proxy, cuts))
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
+        return ours(*args, **kwargs)
+
+    return replacement
 
 
 #: tensor methods registering a hook on the autograd graph: a trace has no autograd graph to put them on

@@ -24,10 +24,12 @@ from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap
 from thunder.core.prims import get_grad, put_grad
 from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.core.transforms import augmented_forward_impls, backward_impls
 from thunder.extend import ImplInfo
 
+from thunderplug.eager.output_grads import requires_grad_while_tracing
 from thunderplug.thunder_compat import function_apply_parts, interpret_call, torch_to_thunder_function_map
 
 
@@ -76,10 +78,13 @@ def function_apply_outer_grad_mode(original: Callable[..., Any], active: Callabl
 _pending_needs_input_grad = threading.local()
 
 
-def function_apply_needs_input_grad(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+def function_apply_needs_input_grad(
+    original: Callable[..., Any], active: Callable[[], bool], cuts: Callable[[BoundSymbol], bool]
+) -> Callable[..., Any]:
     """thunder's ``ctx`` of an ``autograd.Function`` has no ``needs_input_grad`` (eager's engine sets it:
     ``AttributeError`` in a backward that reads it): the ctx proxy thunder makes during this ``apply`` gets eager's
-    tuple, one flag per ``forward`` argument, a tensor's whether it requires grad under grad mode, others False."""
+    tuple, one flag per ``forward`` argument, a tensor's whether it requires grad under grad mode
+    (``output_grads.requires_grad_while_tracing`` with ``cuts``), others False."""
 
     def replacement(wrapped_cls: Any, *args: Any, **kwargs: Any) -> Any:
         if not active():
@@ -87,7 +92,8 @@ def function_apply_needs_input_grad(original: Callable[..., Any], active: Callab
         compile_data = get_compile_data()
         grad_enabled = compile_data is not None and compile_data.is_grad_enabled
         flags = tuple(
-            grad_enabled and isinstance(a, TensorProxy) and _may_require_grad([a]) for a in (unwrap(x) for x in args)
+            grad_enabled and isinstance(a, TensorProxy) and requires_grad_while_tracing(a, cuts)
+            for a in (unwrap(x) for x in args)
         )
         stack = _pending_needs_input_grad.__dict__.setdefault("stack", [])
         stack.append(flags)
@@ -266,14 +272,17 @@ def _detach_outputs(output: Any, indices: tuple) -> Any:
     return ltorch.detach(output) if 0 in indices and isinstance(output, TensorProxy) else output
 
 
-def checkpoint_reentrant(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+def checkpoint_reentrant(
+    original: Callable[..., Any], active: Callable[[], bool], cuts: Callable[[BoundSymbol], bool]
+) -> Callable[..., Any]:
     """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=True)`` (eager's default when
     ``use_reentrant`` is not passed; HF's ``gradient_checkpointing_enable(gradient_checkpointing_kwargs=
     {"use_reentrant": True})``) fails in thunder (its lookaside raises a string: ``TypeError: exceptions must
     derive from BaseException``), and an omitted ``use_reentrant`` was traced as ``False``. Recomputing in
     the backward changes no value, so both forms are traced as thunder's checkpoint; where eager's reentrant
     form differs, no tensor argument requiring grad, its outputs require no grad and nothing inside gets a
-    gradient: they are detached, as eager's ``CheckpointFunction`` leaves them."""
+    gradient: they are detached, as eager's ``CheckpointFunction`` leaves them (whether an argument requires
+    grad: ``output_grads.requires_grad_while_tracing`` with ``cuts``)."""
 
     def replacement(function: Any, *args: Any, **kwargs: Any) -> Any:
         if not active():
@@ -281,31 +290,13 @@ def checkpoint_reentrant(original: Callable[..., Any], active: Callable[[], bool
         reentrant = unwrap(kwargs.pop("use_reentrant", None))
         reentrant = True if reentrant is None else bool(reentrant)
         inputs = [a for a in tree_flatten([unwrap(a) for a in args])[0] if isinstance(a, TensorProxy)]
-        detach = reentrant and not _may_require_grad(inputs)
+        detach = reentrant and not any(requires_grad_while_tracing(t, cuts) for t in inputs)
         result = original(function, *args, use_reentrant=wrap_const(False), **kwargs)
         if not detach or isinstance(result, INTERPRETER_SIGNALS):
             return result
         return interpreter_needs_wrap(_detach_all)(result)
 
     return replacement
-
-
-def _may_require_grad(tensors: list[TensorProxy]) -> bool:
-    """Whether one of ``tensors`` requires grad in eager: an input that does, or computed so far in the trace from
-    one, by an op whose floating output is not detached (thunder sets ``requires_grad`` only on inputs)."""
-    from thunder.core import dtypes
-    from thunder.core.jit_ext import get_jit_ctx
-
-    derived: set[str] = set()
-    for scope in get_jit_ctx().computation_trace.scopes:
-        for bsym in scope:
-            if any(p.requires_grad or p.name in derived for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)):
-                derived.update(
-                    o.name for o in bsym.flat_proxy_outs
-                    if isinstance(o, TensorProxy) and dtypes.is_inexact_dtype(o.dtype)
-                    and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags
-                )
-    return any(t.requires_grad or t.name in derived for t in tensors)
 
 
 def _detach_all(output: Any) -> Any:

@@ -109,6 +109,12 @@ def _compiling_with_core() -> bool:
     return active_core_executor() is not None
 
 
+def _subclass_reads(bsym: Any) -> bool:
+    """A read of a subclass value's inner tensors: where eager's ``requires_grad`` analysis stops (the inner
+    tensors of a subclass do not require grad)."""
+    return bsym.sym == subclass_flatten
+
+
 #: functions thunder interprets (or, for torch builtins it has no symbol for, refuses), for which the table adds a
 #: lookaside only discover() compilations see
 _DISCOVER_ONLY_LOOKASIDES = (
@@ -183,6 +189,7 @@ PATCHES: tuple[Patch, ...] = (
                     fixes.function_apply_outer_grad_mode(original, _compiling_with_core), _compiling_with_core
                 ),
                 _compiling_with_core,
+                _subclass_reads,
             )
         ),
         "discover() compilations",
@@ -314,6 +321,18 @@ PATCHES: tuple[Patch, ...] = (
         "`x.dtype` in user code is a torch dtype, as in eager (thunder's dtypes compare unequal to torch's, so "
         "`x.dtype == torch.float32` is False under stock thunder).",
         features=("subclass.interception",),
+    ),
+    Patch(
+        "TensorProxy.requires_grad lookaside", _LOOKASIDES, TensorProxy.requires_grad.fget,
+        lambda original: tensor_api.requires_grad_property(original, _compiling_with_core, _subclass_reads),
+        "discover() compilations",
+        "`h.requires_grad` in the program of a tensor it computed was False (thunder sets the flag on inputs only), "
+        "so `if h.requires_grad: h.register_hook(...)` skipped the hook and `h * 2 if h.requires_grad else h * 3` "
+        "took the else branch, silently (stock thunder too). The program reads eager's flag: True where `h` is "
+        "derived under grad mode from an input or parameter that requires grad through differentiable ops "
+        "(`output_grads.requires_grad_while_tracing`); False after `detach`, under `torch.no_grad()`, for integer "
+        "and boolean results and for `zeros_like`-like factories. thunder's transforms still read the proxy's flag.",
+        features=("eager.tensor_api", "eager.output_grads"),
     ),
     Patch(
         "elementwise type promotion", thunder_utils, "elementwise_type_promotion",
@@ -582,7 +601,7 @@ PATCHES: tuple[Patch, ...] = (
         "grad_transform_on_trace", autodiff, "grad_transform_on_trace",
         lambda original: inplace_grads.keeping_gradient_identity(
             output_grads.marking_outputs(
-                original, lambda: active_core_executor() is not None, cuts=lambda bsym: bsym.sym == subclass_flatten
+                original, lambda: active_core_executor() is not None, cuts=_subclass_reads
             ),
             lambda: active_core_executor() is not None,
         ),
@@ -627,7 +646,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "checkpoint lookaside", _LOOKASIDES, torch.utils.checkpoint.checkpoint,
-        lambda original: fixes.checkpoint_reentrant(original, _compiling_with_core),
+        lambda original: fixes.checkpoint_reentrant(original, _compiling_with_core, _subclass_reads),
         "discover() compilations",
         "thunder bug: `checkpoint(fn, x, use_reentrant=True)` (eager's default when it is not passed) fails "
         "(`exceptions must derive from BaseException`) and an omitted `use_reentrant` was traced as `False`. Both "
