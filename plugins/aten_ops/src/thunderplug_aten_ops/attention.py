@@ -34,13 +34,11 @@ import torch
 import torch.nn.functional as F
 from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
 from thunderplug.tracing.aten import user_location
-from thunderplug.tracing.fake import to_torch_value
-from thunderplug_aten_ops.random_ops import _call, _device, _generator, _get, _leaves, _plain
+from thunderplug_aten_ops.random_ops import _call, _device, _generator, _get, _leaves, _meta, _plain
 
 
 def _native_mha_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, embed_dim: int, num_head: int,
@@ -60,26 +58,6 @@ def _native_mha_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 def _encoder_layer_meta(src: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``torch._transformer_encoder_layer_fwd``'s output on meta tensors (it has no meta kernel): the source's."""
     return torch.empty_like(src)
-
-
-def _meta(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """The outputs' metadata (a tensor, or a tuple of tensors and ``None``) from ``fn`` on meta tensors."""
-
-    def meta(a: Any) -> Any:
-        if isinstance(a, TensorProxy):
-            return torch.empty(tuple(a.shape), dtype=dtypes.to_torch_dtype(a.dtype), device="meta")
-        return to_torch_value(a)
-
-    with torch.no_grad():
-        out = fn(*tree_map(meta, args), **tree_map(meta, kwargs))
-    like = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TensorProxy))
-
-    def proxy(t: Any) -> Any:
-        if not isinstance(t, torch.Tensor):
-            return t
-        return TensorProxy(like=like, shape=tuple(t.shape), dtype=dtypes.to_dtype(t.dtype), requires_grad=False)
-
-    return tuple(proxy(t) for t in out) if isinstance(out, tuple) else proxy(out)
 
 
 def _tensors(out: Any) -> list:

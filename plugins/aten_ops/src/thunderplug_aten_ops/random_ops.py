@@ -114,8 +114,8 @@ def _call(fn: Callable[..., Any], leaves: tuple, args: tuple, kwargs: dict) -> t
         return fn(*args, **kwargs), found
 
 
-def _meta(fn: Callable[..., Any], args: tuple, kwargs: dict) -> TensorProxy:
-    """The output's metadata from ``fn`` on meta tensors."""
+def _meta(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """The outputs' metadata (a tensor, or a tuple of tensors and ``None``) from ``fn`` on meta tensors."""
 
     def meta(a: Any) -> Any:
         if isinstance(a, TensorProxy):
@@ -125,7 +125,13 @@ def _meta(fn: Callable[..., Any], args: tuple, kwargs: dict) -> TensorProxy:
     with torch.no_grad():
         out = fn(*tree_map(meta, args), **tree_map(meta, kwargs))
     like = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TensorProxy))
-    return TensorProxy(like=like, shape=tuple(out.shape), dtype=dtypes.to_dtype(out.dtype), requires_grad=False)
+
+    def proxy(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        return TensorProxy(like=like, shape=tuple(t.shape), dtype=dtypes.to_dtype(t.dtype), requires_grad=False)
+
+    return tuple(proxy(t) for t in out) if isinstance(out, tuple) else proxy(out)
 
 
 def _register(executor: OperatorExecutor, name: str, fn: Callable[..., Any]) -> tuple[Any, Callable[..., Any]]:
