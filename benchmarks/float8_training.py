@@ -46,12 +46,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fresh_process  # noqa: E402
 
 MODELS = {
     # name: (in, hidden, out, activation, batch)
@@ -233,15 +233,6 @@ def interleaved_worker(args) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def last_error_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        head = line.split(":", 1)[0]
-        if head.endswith(("Error", "Exception", "Interrupt")) or head.endswith("Exit"):
-            return line
-    return lines[-1] if lines else "(no output)"
-
-
 def run_cell(model: str, variant: str, args, worker: str = "--worker") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), worker, "--model", model, "--variant", variant,
            "--steps", str(args.steps), "--warmup", str(args.warmup)]
@@ -249,27 +240,10 @@ def run_cell(model: str, variant: str, args, worker: str = "--worker") -> dict:
         cmd += ["--threads", str(args.threads)]
     if args.onednn:
         cmd.append("--onednn")
-    with tempfile.TemporaryDirectory(prefix="f8bench-inductor-") as cache:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONWARNINGS="ignore")
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return {"model": model, "variant": variant, "error": f"timeout after {args.timeout} s"}
-    if proc.returncode == 0:
-        for line in reversed(proc.stdout.splitlines()):
-            if line.startswith("{"):
-                return json.loads(line)
-    if proc.returncode < 0:
-        try:
-            name = signal.Signals(-proc.returncode).name
-        except ValueError:
-            name = f"signal {-proc.returncode}"
-        error = f"crash ({name})"
-    else:
-        error = f"FAIL (rc {proc.returncode}) `{last_error_line(proc.stderr)[:300]}`"
-    if args.verbose:
-        sys.stderr.write(proc.stderr[-4000:])
-    return {"model": model, "variant": variant, "error": error}
+    outcome = fresh_process.run(cmd, args.timeout, "f8bench")
+    if outcome.error is not None and args.verbose:
+        sys.stderr.write(outcome.stderr[-4000:])
+    return outcome.result(model=model, variant=variant)
 
 
 def fmt(value, spec: str) -> str:

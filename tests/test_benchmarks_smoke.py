@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from benchmark_scripts import load
 
 pytest.importorskip("torchao.float8")
 
@@ -251,3 +252,16 @@ def test_dynamic_shapes_quick_prints_its_table_and_writes_its_docs_section(tmp_p
     assert "FAIL" not in proc.stdout, proc.stdout
     written = docs.read_text()
     assert written.startswith("# Benchmarks\n\nkept text\n") and rows["| full compilations"] in written
+
+
+def test_fresh_process_reports_the_workers_result_or_why_it_has_none():
+    fresh_process = load("fresh_process")
+    ok = fresh_process.run([sys.executable, "-c", "print('noise'); print('{\"x\": 1}')"], 60, "smoke")
+    assert ok.result() == {"x": 1}
+    raised = fresh_process.run([sys.executable, "-c", "raise ValueError('boom')"], 60, "smoke")
+    assert raised.result(model="m") == {"model": "m", "error": "FAIL (rc 1) `ValueError: boom`"}
+    crashed = fresh_process.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"],
+                                60, "smoke")
+    assert crashed.error == "crash (SIGSEGV)"
+    slow = fresh_process.run([sys.executable, "-c", "import time; time.sleep(30)"], 1, "smoke")
+    assert slow.error == "timeout after 1 s"
