@@ -26,8 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "hooks/register_full_backward_hook":
-        "loud: NotImplementedError: Linear has backward hooks (register_full_backward_hook/register_full_backw...",
     "hooks/register_forward_hook-modifies-output":
         "loud: NotImplementedError: thunderplug: `list.append` at tests/idiom_corpus/hooks.py:60 changes a lis...",
     "parametrizations/spectral_norm":

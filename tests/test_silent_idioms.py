@@ -13,6 +13,7 @@ import pytest
 import thunder
 import torch
 import torch.nn.functional as F
+from thunder.core.transform_common import Transform
 from torch import nn
 from train_like_eager import assert_exact, train_like_eager
 
@@ -105,7 +106,7 @@ def test_random_ops_without_grad_and_in_eval():
             assert torch.equal(torch.get_rng_state(), state)
 
 
-# -- module backward hooks: refused with the module and the line (thunder ran the module without them) ---------
+# -- module backward hooks: the graph breaks at the hooked module (thunder ran the module without them) ------
 
 
 class _Two(nn.Module):
@@ -156,13 +157,24 @@ def test_module_backward_hooks_registered_inside_forward_run_as_in_eager(name):
 
 
 @pytest.mark.parametrize("name", list(HOOKED))
-def test_module_backward_hooks_are_refused_by_name_and_line(name):
+def test_module_backward_hooks_registered_before_jit_run_as_in_eager(name):
+    """The hooked module's call breaks the graph, named by module and line; Dynamo runs it eagerly, so the hooks
+    change the gradients as in eager (before: refused by name; stock thunder skips them)."""
     torch.manual_seed(0)
     model = _Two()
     HOOKED[name](model)
-    jitted = thunder.jit(model, executors=thunderplug.discover())
-    expected = r"Linear has backward hooks .* called at .*test_silent_idioms.py:\d+"
-    with pytest.raises(NotImplementedError, match=expected):
+    expected = r"Linear with backward hooks at .*test_silent_idioms.py:\d+"
+    with pytest.warns(thunderplug.ThunderplugWarning, match=expected):
+        train_like_eager(model, [(torch.randn(3, 4, requires_grad=True),) for _ in range(3)], check_rng=True)
+
+
+def test_module_backward_hooks_are_refused_by_name_where_the_graph_cannot_break():
+    """Under a thunder transform the graph cannot break: the break's reason is the error."""
+    torch.manual_seed(0)
+    model = _Two()
+    model.b.register_full_backward_pre_hook(_pre_hook)
+    jitted = thunder.jit(model, executors=thunderplug.discover(), transforms=[Transform()])
+    with pytest.raises(NotImplementedError, match=r"Linear has backward hooks .* called at .*test_silent_idioms"):
         jitted(torch.randn(3, 4, requires_grad=True))
 
 

@@ -135,8 +135,12 @@ def value_read_lookaside(
                 return to_bool(proxy)
             except NotImplementedError as error:
                 location = user_location()
-                raise DataDependentShapeError(f"{error}{_where_and_what_to_do()}", op="bool() of a tensor",
-                                              location=location) from None
+                raise DataDependentShapeError(
+                    f"{error}{_where_and_what_to_do()}", op="bool() of a tensor", location=location,
+                    why="branches on a tensor's value, which a thunder 0.2.6 trace cannot hold",
+                    advice="For one trace, express the branch with tensor ops (torch.where) or compute the condition "
+                    "outside the jitted function.",
+                ) from None  # fmt: skip
 
         return interpreter_needs_wrap(read)
 

@@ -424,6 +424,8 @@ def functional_call_break(name: str, interpret: Callable[..., Any], active: Call
             f"`{name}`{location}: it swaps the module's parameters in place for the call, which a thunder 0.2.6 trace "
             "cannot record. Call the module's functional form (its ops on the given tensors) instead.",
             op=f"`{name}`", location=location,
+            why="swaps the module's parameters for the call, which a thunder 0.2.6 trace cannot record",
+            advice="For one trace, call the module's functional form (its ops on the given tensors).",
         )  # fmt: skip
 
     refusal = interpreter_needs_wrap(refuse)

@@ -259,7 +259,9 @@ def unknown_number_branch(to_bool: Callable[[Any], bool], active: Callable[[], b
                 f"{op}{location}: a Python branch on a tensor's value; thunder 0.2.6 does not know the number while "
                 "tracing. Compute the condition outside the jitted function and pass it in, or express the branch "
                 "with tensor ops (torch.where).",
-                op=op, location=location,
+                op=op, location=location, why="branches on a tensor's value, which a thunder 0.2.6 trace cannot hold",
+                advice="For one trace, express the branch with tensor ops (torch.where) or compute the condition "
+                "outside the jitted function.",
             )  # fmt: skip
 
         return interpreter_needs_wrap(read)
@@ -322,7 +324,8 @@ def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]
             f"{op}{location}: an autograd hook on a tensor inside the jitted function; a thunder trace has no "
             "autograd graph to register it on. Register it outside the jitted function (on an input or a "
             "parameter), or return the tensor and hook it there.",
-            op=op, location=location,
+            op=op, location=location, why="registers an autograd hook, which a thunder 0.2.6 trace has no graph for",
+            advice="For one trace, register it outside the jitted function (on an input or a parameter).",
         )  # fmt: skip
 
     refusal = interpreter_needs_wrap(refuse)
@@ -356,8 +359,10 @@ def backward_hook_registration_break(method: Callable[..., Any]) -> Callable[[An
         op = f"nn.Module.{method.__name__}"
         raise DataDependentShapeError(
             f"{op}{location}: a backward hook registered inside the jitted function; a thunder trace does not run "
-            "eager's backward of the module. Register it before compiling.",
-            op=op, location=location,
+            "eager's backward of the module. Put the hook's effect into the module's forward (a "
+            "torch.autograd.Function).",
+            op=op, location=location, why="registers a module backward hook, which a thunder 0.2.6 trace cannot run",
+            advice="For one trace, put the hook's effect into the module's forward (a torch.autograd.Function).",
         )  # fmt: skip
 
     def make(_no_lookaside: Any) -> Callable[..., Any]:

@@ -70,11 +70,17 @@ class DataDependentShapeError(UnsupportedAtenOpError):
     """The overload's output shape depends on its input's values (``nonzero``, masked selection).
 
     Under ``discover()`` the function then runs with a graph break at the op (``wiring.graph_breaks``);
-    ``op`` and ``location`` (`` (at file:line)`` of the user's call, or ``""``) say where."""
+    ``op`` and ``location`` (`` (at file:line)`` of the user's call, or ``""``) say where; ``why`` and
+    ``advice`` finish the graph break's warning (other reasons to break reuse the mechanism)."""
 
-    def __init__(self, message: str, op: str = "", location: str = ""):
+    def __init__(
+        self, message: str, op: str = "", location: str = "",
+        why: str = "has a data-dependent output shape, which a thunder 0.2.6 trace cannot have",
+        advice: str = "For one trace, use a fixed-shape formulation (torch.where(mask, x, 0), a masked reduction) "
+        "or index outside the jitted function.",
+    ):  # fmt: skip
         super().__init__(message)
-        self.op, self.location = op, location
+        self.op, self.location, self.why, self.advice = op, location, why, advice
 
 
 class NotDifferentiableError(RuntimeError):

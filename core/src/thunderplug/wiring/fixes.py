@@ -31,6 +31,7 @@ from thunder.extend import ImplInfo
 
 from thunderplug.eager.output_grads import requires_grad_while_tracing
 from thunderplug.thunder_compat import function_apply_parts, interpret_call, torch_to_thunder_function_map
+from thunderplug.tracing.aten import DataDependentShapeError
 
 
 def siginfo_from_name_and_args(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -1108,26 +1109,31 @@ def hook_registration_lookaside(
     return make
 
 
-def backward_hook_refusal(
+def backward_hook_break(
     method: Callable[..., Any], interpret: Callable[..., Any], active: Callable[[], bool]
 ) -> Callable[[Any], Callable[..., Any]]:
     """A module called with backward hooks (``register_full_backward_hook``, ``register_full_backward_pre_hook``,
-    registered before jit or inside the jitted code) is refused, naming the module and the user's line: torch's
-    ``BackwardHook`` attaches the hooks to autograd nodes of the eager graph, which a thunder trace has none of, so
-    thunder ran the module without them and the gradients silently skipped the hooks (a pre-hook scaling the
-    output gradient by 3 was ignored; stock thunder too)."""
+    registered before jit) breaks the graph at its call: torch's ``BackwardHook`` attaches the hooks to autograd
+    nodes of the eager graph, which a thunder trace has none of (stock thunder runs the module without them and its
+    gradients silently skip the hooks). The :class:`DataDependentShapeError` names the module and the user's line;
+    on it the compilation runs through Dynamo (``wiring.graph_breaks``), which calls the hooked module eagerly, so
+    the hooks see and change eager's gradients. Where the graph cannot break (thunder transforms), it is the error."""
     unlooked = types.FunctionType(method.__code__, method.__globals__, method.__name__, method.__defaults__,
                                   method.__closure__)
 
     def refuse(hook: Any, args: Any) -> Any:
         module = type(getattr(hook, "module", None)).__name__
-        raise NotImplementedError(
+        location = _caller_location()
+        raise DataDependentShapeError(
             f"{module} has backward hooks (register_full_backward_hook/register_full_backward_pre_hook) and is "
-            f"called{_caller_location()} inside a thunder.jit(..., executors=thunderplug.discover()) function: "
-            "a thunder 0.2.6 trace cannot run them, and its gradients would silently skip them. Remove the "
-            "hooks, put the hook's effect into the module's forward (a torch.autograd.Function), or call the "
-            "module outside the jitted function."
-        )
+            f"called{location} inside a thunder.jit(..., executors=thunderplug.discover()) function: a thunder 0.2.6 "
+            "trace cannot run them, and its gradients would silently skip them. Remove the hooks, put the hook's "
+            "effect into the module's forward (a torch.autograd.Function), or call the module outside the jitted "
+            "function.",
+            op=f"{module} with backward hooks", location=location,
+            why="runs backward hooks, which a thunder 0.2.6 trace cannot run",
+            advice="For one trace, put the hook's effect into the module's forward (a torch.autograd.Function).",
+        )  # fmt: skip
 
     eager = interpreter_needs_wrap(refuse)
 

@@ -131,11 +131,9 @@ def _breakable(compile_data: Any, uses_thunderplug: Callable[[Any], bool]) -> bo
 def _warn(compile_data: Any, error: DataDependentShapeError) -> None:
     name = getattr(compile_data.fn, "__qualname__", type(compile_data.fn).__name__)
     warnings.warn(
-        f"{name}: {error.op}{error.location} has a data-dependent output shape, which a thunder 0.2.6 trace "
-        "cannot have; the function runs as torch.compile runs it: Dynamo breaks the graph at the op, which runs "
-        "eagerly, and thunder.jit compiles each graph around it with the same executors "
-        "(thunderplug explain shows them). For one trace, use a fixed-shape formulation (torch.where(mask, x, 0), "
-        "a masked reduction) or index outside the jitted function.",
+        f"{name}: {error.op}{error.location} {error.why}; the function runs as torch.compile runs it: Dynamo "
+        "breaks the graph at the op, which runs eagerly, and thunder.jit compiles each graph around it with the "
+        f"same executors (thunderplug explain shows them). {error.advice}",
         ThunderplugWarning,
         stacklevel=_user_frame_level(),
     )

@@ -918,12 +918,14 @@ PATCHES: tuple[Patch, ...] = (
     ),
     *(
         Patch(
-            "module backward hooks refused", _LOOKASIDES, method,
-            fixes.backward_hook_refusal(method, interpret_call, _compiling_with_core), "discover() compilations",
+            "graph breaks at modules with backward hooks", _LOOKASIDES, method,
+            fixes.backward_hook_break(method, interpret_call, _compiling_with_core), "discover() compilations",
             "a module with backward hooks (`register_full_backward_hook`, `register_full_backward_pre_hook`) called "
-            "in jitted code is refused with the module and the user's line: torch attaches them to the eager "
-            "graph's autograd nodes, which a trace has none of, so thunder silently ran the module without them "
-            "(issue 42; stock thunder too).",
+            "in jitted code breaks the graph at its call (a `DataDependentShapeError` naming the module and the "
+            "user's line, at which \"graph breaks at data-dependent ops\" breaks), so Dynamo runs the hooked module "
+            "eagerly and the hooks see eager's gradients: torch attaches them to the eager graph's autograd nodes, "
+            "which a trace has none of, so thunder silently ran the module without them (issue 42; stock thunder "
+            "too).",
             features=("wiring.fixes",),
         )
         for method in fixes.BACKWARD_HOOK_SETUPS

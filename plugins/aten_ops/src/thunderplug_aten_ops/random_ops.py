@@ -237,6 +237,8 @@ def _break_at_generator(op: str, generator: Any) -> None:
         raise DataDependentShapeError(
             f"{op}(..., generator=...){location}: a torch.Generator cannot be a value of a thunder trace",
             op=f"{op}(generator=...)", location=location,
+            why="draws from a torch.Generator object, which cannot be a value of a thunder 0.2.6 trace",
+            advice="For one trace, draw from the default generator (torch.manual_seed).",
         )
 
 
