@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from thunder import clang
-from thunder.core import dtypes, prims
+from thunder.core import dtypes, prims, proxies
 from thunder.core.interpreter import ProvenanceRecord, PseudoInst, interpreter_needs_wrap, unwrap, wrap, wrap_const
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import TensorProxy, tensorproxy
@@ -71,7 +71,7 @@ def proxify(original: Callable[..., Any]) -> Callable[..., Any]:
                 f"{user_location()}; thunderplug cannot see through it. Make it a traceable wrapper subclass, or pass "
                 "a plain tensor (e.g. x.as_subclass(torch.Tensor))."
             )
-        proxy = tensorproxy(x, name=name, history=history)
+        proxy = proxies.tensorproxy(x, name=name, history=history)  # (read at the call: the dynamic sizes' patch)
         get_jit_ctx().add_constraint((check_not_subclass, proxy))
         return proxy
 

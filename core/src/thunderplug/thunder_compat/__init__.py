@@ -188,3 +188,11 @@ def function_apply_parts(grad_transform: Callable[..., Any]) -> tuple[Any, Any, 
         return None
     cells = dict(zip(code.co_freevars, grad_transform.__closure__))
     return tuple(cells[name].cell_contents for name in names)  # type: ignore[return-value]
+
+
+def printable_value_types() -> dict[type, Callable[[Any], str]]:
+    """thunder's printers of values written into generated code as literals, by exact type (``int``,
+    ``float``, ``slice``, ...): an int subclass is otherwise kept as an object of the trace's context."""
+    from thunder.core.baseutils import _printable_value_types
+
+    return _printable_value_types

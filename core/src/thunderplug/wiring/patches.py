@@ -21,7 +21,7 @@ import thunder
 import thunder.torch as ltorch
 import torch
 from thunder import clang
-from thunder.core import codeutils, interpreter, jit_ext, transform_common, update_aliases
+from thunder.core import codeutils, interpreter, jit_ext, proxies, transform_common, update_aliases
 from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
@@ -37,6 +37,7 @@ from thunder.transforms import autocast as thunder_autocast
 from thunder.transforms import autodiff
 from torch._dynamo.mutation_guard import GenerationTracker
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.eager import (
     compile_branches,
     functorch_transforms,
@@ -55,6 +56,7 @@ from thunderplug.thunder_compat import (
     default_opcode_handler_map,
     general_jit_lookaside_map,
     interpret_call,
+    printable_value_types,
     runs_called_function_itself,
     torch_property_map,
 )
@@ -124,6 +126,7 @@ _DISCOVER_ONLY_LOOKASIDES = (
     GenerationTracker.tag.__func__,
     *tensor_api.UNSUPPORTED_DATA_DEPENDENT,
     *tensor_api.BACKWARD_HOOK_REGISTRATIONS,
+    range,
 )
 _discover_only_ids: set[int] = set()  # ids of those lookasides while installed
 
@@ -456,6 +459,54 @@ PATCHES: tuple[Patch, ...] = (
         "thunderfx: thunder's splitter cannot flatten tensor-subclass example values; a Dynamo graph with "
         "subclass inputs and thunderplug's executors is compiled whole by `thunder.jit` instead.",
         features=("wiring.thunderfx",),
+    ),
+    Patch(
+        "symbolic sizes: cache lookup", thunder, "_with_cache_info_ctx",
+        lambda original: dynamic_sizes.symbolic_calls(original, uses_core_executor),
+        "discover() compilations",
+        "thunder 0.2.6 traces static shapes: every new input size is a full compilation. A call whose cache "
+        "lookup a template's re-specialization answered looks the cache up again (it now holds the concrete "
+        "entry); a compilation that tracked dynamic dimensions keeps its entry as a template "
+        "(docs/dynamic_shapes.md). Innermost of the wrappers of `_with_cache_info_ctx`.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "symbolic sizes: templates re-specialized", thunder, "thunder_general_jit", dynamic_sizes.general_jit,
+        "discover() compilations",
+        "on a cache miss, a template whose guards hold for the call's sizes gives a concrete entry (every "
+        "symbolic size replaced by its value, callables generated again) without tracing the program again; "
+        "otherwise the compilation tracks the input dimensions seen with two sizes or marked dynamic.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "symbolic sizes: input proxies", proxies, "tensorproxy", dynamic_sizes.tracked_tensorproxy,
+        "discover() compilations",
+        "a tracked input dimension's proxy size is a `SizeInt` (an int whose value is the size, carrying a "
+        "symbolic expression): arithmetic keeps it symbolic, comparisons record guards, conversions specialize.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "SizeInt methods run opaquely", jit_ext, "general_jit_lookaside", dynamic_sizes.opaque_size_methods,
+        "discover() compilations",
+        "thunder's interpreter would interpret a SizeInt's methods (`+`, `<`, `int()`, ... and sympy below "
+        "them, slowly, recording nothing useful): they run as opaque calls.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "SizeInt printed as its value", printable_value_types(), dynamic_sizes.SizeInt,
+        lambda original: int.__repr__, "discover() compilations",
+        "generated code prints exact `int`s as literals and keeps other objects in the trace's context: a "
+        "SizeInt in a trace is written as its value (the size of the call it was traced for), so a template's "
+        "own callables are those of a static trace.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "range lookaside", _LOOKASIDES, range,
+        lambda original: interpreter.interpreter_needs_wrap(dynamic_sizes.specialized_range(range)),
+        "discover() compilations",
+        "`range()` reads an int subclass's value in C, without a method a SizeInt could record a guard in: its "
+        "SizeInt arguments specialize (the trace is static in them), as `int()` does.",
+        features=("caching.dynamic_sizes",),
     ),
     Patch(
         "full GCs deferred while compiling", thunder, "_with_cache_info_ctx",
@@ -1084,6 +1135,7 @@ _TABLE_NAMES = {
     id(backward_impls): "thunder.core.transforms.backward_impls",
     id(torchex.ex.implmap): "thunder.executors.torchex.ex.implmap",
     id(torch_property_map()): "thunder.torch.langctx._property_name_to_fn_map",
+    id(printable_value_types()): "thunder.core.baseutils._printable_value_types",
 }
 
 

@@ -58,6 +58,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import ltorch_private
 from thunderplug.tracing.fake import to_torch_value
@@ -96,7 +97,8 @@ def _to_meta(x: Any) -> Any:
 def _proxy_like(t: torch.Tensor | None, device: devices.Device, requires_grad: bool) -> TensorProxy | None:
     if t is None:  # an output the call's mask left undefined
         return None
-    return TensorProxy(shape=tuple(t.shape), dtype=dtypes.to_dtype(t.dtype), device=device, requires_grad=requires_grad)
+    shape = dynamic_sizes.shape_of(t)
+    return TensorProxy(shape=shape, dtype=dtypes.to_dtype(t.dtype), device=device, requires_grad=requires_grad)
 
 
 def _call(overload: Any) -> Callable[..., Any]:
@@ -123,7 +125,10 @@ def _operator(executor: OperatorExecutor, name: str, overload: Any, *, different
     def meta(*args: Any) -> Any:
         tensors = [a for a in args if isinstance(a, TensorProxy)]
         grad = any(t.requires_grad for t in tensors)
-        out = call(*(_to_meta(a) for a in args))
+        if dynamic_sizes.active() is not None and dynamic_sizes.tracked(args):
+            out = dynamic_sizes.symbolic_fake_call(call, args, to_torch_value)  # symbolic input sizes
+        else:
+            out = call(*(_to_meta(a) for a in args))
         if isinstance(out, torch.Tensor):
             return _proxy_like(out, tensors[0].device, grad and 0 in differentiable)
         return tuple(_proxy_like(o, tensors[0].device, grad and i in differentiable) for i, o in enumerate(out))
