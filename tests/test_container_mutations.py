@@ -1,9 +1,10 @@
 """A jitted function that changes a container it did not create (an argument list or dict, a list attribute
 of an argument or of the module, a global list): stock thunder 0.2.6 changes the real container while tracing
 (it holds thunder's proxies after the first call) and changes nothing on later, cached calls, silently.
-Under ``discover()`` such a compilation is refused with the method, the container's type and the user's line,
-and the container is left as it was; containers the function creates itself work as before
-(wiring.fixes.refusing_outside_container_mutations)."""
+Under ``discover()`` such a compilation breaks the graph at the change, naming the method, the container's type
+and the user's line (Dynamo replays the change on every call, as eager makes it), or, where the graph cannot
+break, is refused and the container left as it was; containers the function creates itself work as before
+(wiring.fixes.breaking_at_outside_container_mutations)."""
 
 import re
 
@@ -64,6 +65,10 @@ def _line_of(fn, text):
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
+def _contents(container):
+    return (container.items, container.d) if isinstance(container, _Box) else container
+
+
 @pytest.mark.parametrize(
     ("fn", "make", "method", "text"),
     [
@@ -73,31 +78,49 @@ def _line_of(fn, text):
     ],
     ids=["argument list append", "list attribute of an argument", "dict item write"],
 )
-def test_refused_with_the_method_the_type_and_the_line_on_every_call(fn, make, method, text):
+def test_the_graph_breaks_at_the_change_naming_the_method_the_type_and_the_line(fn, make, method, text):
+    """Dynamo replays the change on every call: the container ends as eager's, holding tensors."""
     jitted = _jit(fn)
-    container = make()
+    container, expected = make(), make()
     kind = "dict" if method.startswith("dict") else "list"
     where = f"{re.escape(__file__)}:{_line_of(fn, text)}"
-    for _ in range(2):  # nothing cached: the second call is refused too
-        with pytest.raises(NotImplementedError, match=rf"`{re.escape(method)}` at {where} changes a {kind} .*Return"):
-            jitted(torch.randn(3), container)
-        assert (container.items, container.d) == ([], {}) if isinstance(container, _Box) else container == []
+    with pytest.warns(thunderplug.ThunderplugWarning, match=rf"`{re.escape(method)}` at {where} changes a {kind}"):
+        for _ in range(3):
+            x = torch.randn(3)
+            torch.testing.assert_close(jitted(x, container), fn(x, expected), rtol=0, atol=0)
+            torch.testing.assert_close(_contents(container), _contents(expected), rtol=0, atol=0)
 
 
-def test_global_and_module_attribute_lists_refused():
-    with pytest.raises(NotImplementedError, match="list.append"):
-        _jit(_append_to_global)(torch.randn(3))
-    assert _GLOBAL_LIST == []
+def test_global_and_module_attribute_lists_change_as_in_eager():
+    with pytest.warns(thunderplug.ThunderplugWarning, match="list.append"):
+        jitted = _jit(_append_to_global)
+        for _ in range(2):
+            x = torch.randn(3)
+            jitted(x)
+            assert _GLOBAL_LIST[-1] is x  # as in eager: the argument itself
+    assert len(_GLOBAL_LIST) == 2
+    _GLOBAL_LIST.clear()
     model = _Accumulates()
-    with pytest.raises(NotImplementedError, match="list.append"):
-        _jit(model)(torch.randn(3))
-    assert model.seen == []
+    with pytest.warns(thunderplug.ThunderplugWarning, match="list.append"):
+        jitted = _jit(model)
+        xs = [torch.randn(3) for _ in range(2)]
+        for x in xs:
+            torch.testing.assert_close(jitted(x), x * 2, rtol=0, atol=0)
+    assert [type(t) for t in model.seen] == [torch.Tensor] * 2
+    torch.testing.assert_close(model.seen, [x.sum() for x in xs], rtol=0, atol=0)
 
 
-def test_the_process_is_usable_after_a_refusal():
+def test_refused_where_the_graph_cannot_break_and_the_process_is_usable_after():
+    """Under a thunder transform the graph cannot break: the change is refused, the list left as it was."""
+    from thunder.core.transform_common import Transform
+
     lst = []
-    with pytest.raises(NotImplementedError):
-        _jit(_append_to_argument)(torch.randn(3), lst)
+    where = f"{re.escape(__file__)}:{_line_of(_append_to_argument, 'lst.append')}"
+    jitted = thunder.jit(_append_to_argument, executors=thunderplug.discover(), transforms=[Transform()])
+    for _ in range(2):  # nothing cached: the second call is refused too
+        with pytest.raises(NotImplementedError, match=rf"`list.append` at {where} changes a list .*Return"):
+            jitted(torch.randn(3), lst)
+        assert lst == []
     x = torch.randn(3, requires_grad=True)
     jitted = _jit(lambda x, lst: (x * 2 + len(lst), [x.cos()]))
     out, made = jitted(x, lst)

@@ -26,8 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "hooks/register_forward_hook-modifies-output":
-        "loud: NotImplementedError: thunderplug: `list.append` at tests/idiom_corpus/hooks.py:60 changes a lis...",
     "parametrizations/spectral_norm":
         "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
     "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",

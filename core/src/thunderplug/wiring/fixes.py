@@ -1415,7 +1415,7 @@ def noting_container_mutations(original: Callable[..., Any], active: Callable[[]
     """thunder's ``general_jit_lookaside`` (asked for every call the interpreter makes, just before it), noting
     the containers the function did not create that a call of a mutating method (``list.append``,
     ``dict.__setitem__``, ``set.add``, ...) is about to change, with their contents before the first change
-    (:func:`refusing_outside_container_mutations` decides at the end). Which function runs is thunder's."""
+    (:func:`breaking_at_outside_container_mutations` decides at the end). Which function runs is thunder's."""
 
     def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
         method = MUTATING_METHODS.get(id(fn))  # first: asked for every call the interpreter makes
@@ -1426,7 +1426,7 @@ def noting_container_mutations(original: Callable[..., Any], active: Callable[[]
     return replacement
 
 
-def refusing_outside_container_mutations(
+def breaking_at_outside_container_mutations(
     original: Callable[..., Any], active: Callable[[], bool]
 ) -> Callable[..., Any]:
     """``thunder_general_jit`` (one interpretation of a jitted function) that refuses a function whose run
@@ -1434,8 +1434,10 @@ def refusing_outside_container_mutations(
     the module, a global or closure list): thunder 0.2.6 changes the real container during tracing, so it
     holds thunder's proxies after the first call, and replays nothing on later, cached calls (silently
     wrong). When such a container ends up holding a proxy it did not hold (:meth:`_Mutated.refused`), the
-    containers the function changed are restored to their contents before it ran, and the compilation fails
-    with ``NotImplementedError`` naming the method, the container's type and the user's line. They are
+    containers the function changed are restored to their contents before it ran, and the interpretation fails
+    with a :class:`DataDependentShapeError` naming the method, the container's type and the user's line: a
+    discover() compilation then breaks the graph (``wiring.graph_breaks``), and Dynamo, which replays such
+    changes on every call, runs it as eager does; where the graph cannot break it is the error. They are
     restored also when the interpretation fails for another reason."""
 
     def replacement(*args: Any, **kwargs: Any) -> Any:
@@ -1460,13 +1462,16 @@ def refusing_outside_container_mutations(
         record = refused[0]
         method, location = record.with_proxy or (record.method, record.location)
         kind = type(record.container).__name__
-        raise NotImplementedError(
+        raise DataDependentShapeError(
             f"thunderplug: `{method}`{location} changes a {kind} that the jitted function did not create (an "
             f"argument, an attribute or item of one, a global or a closure variable). thunder would leave its "
             f"traced proxies in that {kind} on the first call and skip the change on every later (cached) "
             f"call, so this function is not compiled (the {kind} is left as it was). Return the value from "
             f"the jitted function and change the {kind} outside it (`out, item = jitted(x); "
-            f"container.append(item)`), or create the {kind} inside the function."
+            f"container.append(item)`), or create the {kind} inside the function.",
+            op=f"`{method}`", location=location,
+            why=f"changes a {kind} the jitted function did not create, which a thunder 0.2.6 trace cannot replay",
+            advice=f"For one trace, return the value and change the {kind} outside the jitted function.",
         )
 
     return replacement

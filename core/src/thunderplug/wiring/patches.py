@@ -380,20 +380,22 @@ PATCHES: tuple[Patch, ...] = (
         features=("eager.functorch_transforms",),
     ),
     Patch(
-        "changes to containers the function did not create refused", thunder, "thunder_general_jit",
-        lambda original: fixes.refusing_outside_container_mutations(original, _compiling_with_core),
+        "graph breaks at changes to containers the function did not create", thunder, "thunder_general_jit",
+        lambda original: fixes.breaking_at_outside_container_mutations(original, _compiling_with_core),
         "discover() compilations",
         "thunder bug: a jitted function that changes a container it did not create (`lst.append(x)` on an argument "
-        "list, `box.items.append(x)`, `box.d[\"k\"] = y`, a global or module attribute list, `set.add`) changes "
-        "the real container while tracing, so it holds thunder's proxies after the first call, and later (cached) "
-        "calls change nothing (silently wrong). Such a compilation fails with `NotImplementedError` naming the "
-        "method, the container's type and the user's line, and the containers are restored, when the container "
-        "ends up holding a proxy it did not hold (an element, key or value that is or holds one). A container "
-        "changed with other values only (`logging`'s and `re`'s memo dicts, a list a test appends to while tracing) "
-        "is left as thunder leaves it, with a `ThunderplugWarning` naming the method and the line when the user's "
-        "own code (not the standard library's or an installed package's) grew or shrank a list or deque (the "
-        "change a later call skips where eager makes it again); so are containers the function creates and the "
-        "attribute tables thunder records itself (`__dict__`, a module's `_buffers`).",
+        "list, `box.items.append(x)`, `box.d[\"k\"] = y`, a global or module attribute list, `set.add`, a forward "
+        "hook recording outputs) changes the real container while tracing, so it holds thunder's proxies after the "
+        "first call, and later (cached) calls change nothing (silently wrong). When the container ends up holding a "
+        "proxy it did not hold (an element, key or value that is or holds one), the containers are restored and "
+        "the interpretation fails with a `DataDependentShapeError` naming the method, the container's type and the "
+        "user's line, at which \"graph breaks at data-dependent ops\" breaks the graph: Dynamo replays the change "
+        "on every call, as eager makes it (where the graph cannot break, under thunder transforms, it is the "
+        "`NotImplementedError`). A container changed with other values only (`logging`'s and `re`'s memo dicts, a "
+        "list a test appends to while tracing) is left as thunder leaves it, with a `ThunderplugWarning` naming the "
+        "method and the line when the user's own code (not the standard library's or an installed package's) grew "
+        "or shrank a list or deque (the change a later call skips where eager makes it again); so are containers "
+        "the function creates and the attribute tables thunder records itself (`__dict__`, a module's `_buffers`).",
         features=("wiring.fixes",),
     ),
     Patch(
@@ -720,8 +722,8 @@ PATCHES: tuple[Patch, ...] = (
         lambda original: fixes.noting_container_mutations(original, _compiling_with_core),
         "discover() compilations",
         "before each call of a method that changes a list, deque, dict or set (`append`, `__setitem__`, `add`, ...) "
-        "on a container the function did not create, its contents are noted (for the refusal of changes to "
-        "containers the function did not create); thunder's lookaside is returned unchanged.",
+        "on a container the function did not create, its contents are noted (for the graph breaks at changes "
+        "to containers the function did not create); thunder's lookaside is returned unchanged.",
         features=("wiring.fixes",),
     ),
     Patch(
