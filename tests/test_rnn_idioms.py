@@ -4,6 +4,11 @@
 ``nn.LSTMCell`` in a Python loop: thunder's autodiff put no gradient to the tensors of a tuple argument (the
 previous step's ``(h, c)`` of ``torch.lstm_cell``), so the earlier steps got none, silently
 (``wiring.fixes.nested_argument_grads``).
+
+``nn.LSTM``/``nn.GRU``/``nn.RNN`` (layered, bidirectional, projected, inter-layer dropout, a given initial state,
+unbatched): tracing failed ("KeyError: None while tracing LSTM(...)", ``weakref.ref`` of proxies in
+``_update_flat_weights``); each ``torch.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` call now runs as eager's function
+with eager's autograd (``thunderplug_aten_ops.rnns``).
 """
 
 from __future__ import annotations
@@ -30,8 +35,53 @@ class _LSTMCellLoop(nn.Module):
         return self.head(h)
 
 
+class _Recurrent(nn.Module):
+    """A recurrent layer and a linear head on its last step's output and its final hidden state(s)."""
+
+    def __init__(self, kind: type[nn.RNNBase], initial_state: bool = False, **kwargs):
+        super().__init__()
+        self.rnn = kind(4, 6, **kwargs)
+        directions = 2 if kwargs.get("bidirectional") else 1
+        width = kwargs.get("proj_size") or 6
+        self.head = nn.Linear(width * directions, 2)
+        self.h0 = nn.Parameter(torch.randn(kwargs.get("num_layers", 1) * directions, 3, width)) if initial_state \
+            else None
+
+    def forward(self, x):
+        if self.h0 is not None:
+            hx = (self.h0, torch.zeros_like(self.h0[..., :1]).expand(*self.h0.shape[:-1], 6).contiguous()) \
+                if isinstance(self.rnn, nn.LSTM) else self.h0
+            out, hidden = self.rnn(x, hx)
+        else:
+            out, hidden = self.rnn(x)
+        last = out[:, -1] if self.rnn.batch_first else out[-1]
+        hidden = hidden if isinstance(hidden, tuple) else (hidden,)
+        return self.head(last), *hidden
+
+
+class _Unbatched(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 6, num_layers=2)
+
+    def forward(self, x):
+        out, h = self.rnn(x[0])
+        return out, h
+
+
 PROGRAMS = {
     "LSTMCell-loop": (_LSTMCellLoop, (3, 5, 4)),
+    "LSTM-two-layers": (lambda: _Recurrent(nn.LSTM, num_layers=2, batch_first=True), (3, 5, 4)),
+    "GRU-bidirectional": (lambda: _Recurrent(nn.GRU, bidirectional=True, batch_first=True), (3, 5, 4)),
+    "RNN-tanh": (lambda: _Recurrent(nn.RNN, batch_first=True), (3, 5, 4)),
+    "RNN-relu-two-layers-seq-first": (lambda: _Recurrent(nn.RNN, nonlinearity="relu", num_layers=2), (5, 3, 4)),
+    "LSTM-dropout-bidirectional-proj": (
+        lambda: _Recurrent(nn.LSTM, num_layers=3, dropout=0.4, bidirectional=True, proj_size=3, batch_first=True),
+        (3, 5, 4)),
+    "GRU-dropout-initial-state": (
+        lambda: _Recurrent(nn.GRU, initial_state=True, num_layers=2, dropout=0.5), (5, 3, 4)),
+    "LSTM-initial-state": (lambda: _Recurrent(nn.LSTM, initial_state=True, batch_first=True), (3, 5, 4)),
+    "GRU-unbatched": (_Unbatched, (1, 5, 4)),
 }
 
 
@@ -63,3 +113,51 @@ def test_lstm_cell_steps_get_gradients() -> None:
     thunder.jit(steps, executors=thunderplug.discover())(x).sum().backward()
     assert expected[:, 0].abs().sum() > 0
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["LSTM-two-layers", "LSTM-dropout-bidirectional-proj", "GRU-bidirectional"])
+def test_inference_equals_eager(name: str) -> None:
+    """Under no_grad (eval): eager's values, computed in eager's grad mode (CPU's oneDNN kernel differs with it)."""
+    build, shape = PROGRAMS[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    for (x,) in random_inputs(*shape):
+        with torch.no_grad():
+            expected, got = model(x), jitted(x)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_input_and_state_gradients() -> None:
+    """Gradients reach the input and the initial state, as in eager."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, 6, num_layers=2, bidirectional=True)
+    x, h, c = (torch.randn(*s, requires_grad=True) for s in ((5, 3, 4), (4, 3, 6), (4, 3, 6)))
+
+    def grads(fn):
+        out, (hn, cn) = fn(x, (h, c))
+        return torch.autograd.grad(out.square().sum() + hn.sum() + cn.square().sum(), (x, h, c))
+
+    for a, b in zip(grads(thunder.jit(lstm, executors=thunderplug.discover())), grads(lstm)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_parametrized_layer_refused() -> None:
+    """A parametrization on a recurrent layer's weight (eager rebuilds the flat weights at each call): refused by
+    the layer's name and the user's line."""
+    from torch.nn.utils import parametrize
+
+    class Scale(nn.Module):
+        def forward(self, w):
+            return w * 2
+
+    torch.manual_seed(0)
+    gru = nn.GRU(4, 6)
+    parametrize.register_parametrization(gru, "weight_hh_l0", Scale())
+
+    def f(x):
+        return gru(x)[0]
+
+    with pytest.raises(Exception, match=r"GRU \(at .*test_rnn_idioms.py:\d+\).*parametrization"):
+        thunder.jit(f, executors=thunderplug.discover())(torch.randn(5, 3, 4))

@@ -79,6 +79,7 @@ from thunderplug_aten_ops import (
     interpolate_modes,
     pad_modes,
     random_ops,
+    rnns,
     scalar_operands,
     torch_forms,
 )
@@ -1355,6 +1356,7 @@ def build_executor() -> OperatorExecutor:
     avg_pool_forms.register(executor)
     torch_forms.register(executor)
     attention.register(executor)
+    rnns.register(executor)
     broadcast_views.register(executor)
     random_ops.register(executor)
     random_ops.register_samplers(executor)
