@@ -35,8 +35,6 @@ XFAIL: dict[str, str] = {
         "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
     "rnns/RNN-packed-sequence":
         "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
-    "attention/TransformerEncoder-eval-fast-path":
-        "loud: NotImplementedError: torch._transformer_encoder_layer_fwd: the eval fast path with a mask is refused",
     "distributions/vae-Normal-rsample-kl":
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "distributions/Normal-log_prob-entropy":

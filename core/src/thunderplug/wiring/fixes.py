@@ -1220,6 +1220,61 @@ def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[]
     return replacement
 
 
+#: how deep into an argument's tuples, lists and dicts the prologue guards ``None`` values
+_NONE_GUARD_DEPTH = 4
+
+
+def none_arguments_guarded(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's prologue guards the tensors, numbers and strings the program read from its arguments, but not a
+    ``None``: a program traced for ``f(x, mask=None)`` was a cache hit for ``f(x, mask=m)`` and ran without the mask,
+    silently (stock thunder too; a region's ``src_key_padding_mask=None`` compilation was adopted by a block called
+    with a padding mask). Each ``None`` among the arguments (and in their tuples, lists and dicts, up to
+    :data:`_NONE_GUARD_DEPTH` levels) is checked to be ``None`` again (thunder's ``check_none``); a call that passes
+    something else, or lacks the position or key, misses and compiles its own program."""
+    from thunder.core.proxies import Proxy
+    from thunder.core.trace import tracectx
+
+    def none_paths(value: Any, path: tuple, depth: int) -> Iterator[tuple]:
+        if value is None:
+            yield path
+        elif depth and type(value) in (tuple, list):
+            for index, item in enumerate(value):
+                yield from none_paths(item, (*path, index), depth - 1)
+        elif depth and type(value) is dict:
+            for key, item in value.items():
+                if type(key) in (int, str):
+                    yield from none_paths(item, (*path, key), depth - 1)
+
+    def replacement(ctx: Any, prologue_trace: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(ctx, prologue_trace, *args, **kwargs)
+        if not active():
+            return result
+        call_args, call_kwargs = args[-2:]
+        paths = [*none_paths(tuple(call_args), ("args",), _NONE_GUARD_DEPTH + 1),
+                 *none_paths(dict(call_kwargs), ("kwargs",), _NONE_GUARD_DEPTH + 1)]
+        if not paths:
+            return result
+        bsyms = prologue_trace.bound_symbols
+        unpacked = {
+            (bsym.output.name,): bsym.output for bsym in bsyms
+            if bsym.sym.id == prims.PrimIDs.UNPACK_TRIVIAL and bsym.output.name in ("args", "kwargs")
+        }
+        checks: list[BoundSymbol] = []
+        with tracectx(prologue_trace):
+            for path in paths:
+                for end in range(2, len(path) + 1):
+                    if path[:end] not in unpacked:
+                        item = Proxy(prefix="subscr")
+                        checks.append(prims.unpack_getitem.bind(unpacked[path[:end - 1]], path[end - 1], output=item))
+                        unpacked[path[:end]] = item
+                checks.append(prims.check_none.bind(unpacked[path], output=None))
+        at = len(bsyms) - 1 if bsyms and bsyms[-1].sym.id == prims.PrimIDs.RETURN else len(bsyms)
+        prologue_trace.bound_symbols = [*bsyms[:at], *checks, *bsyms[at:]]
+        return result
+
+    return replacement
+
+
 #: the container methods that change the container they are called on (wiring.patches)
 _MUTATING_METHOD_NAMES = {
     list: ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__", "__delitem__",

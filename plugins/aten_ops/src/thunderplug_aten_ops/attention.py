@@ -152,22 +152,6 @@ def _refuse_subclasses(name: str, args: tuple, kwargs: dict) -> None:
             "only; a tensor subclass or another device reached it; compute it outside the jitted function")
 
 
-#: the position of ``mask`` in ``torch._transformer_encoder_layer_fwd``'s arguments
-_ENCODER_MASK_ARGUMENT = 18
-
-
-def _refuse_encoder_fast_path_mask(args: tuple, kwargs: dict) -> None:
-    """The encoder layer's eval fast path with a padding mask gave other values than eager after other tests had
-    run in the same process (CI of 7e5d2f3: tests/test_aten_fallback.py before it; alone it is bit-identical).
-    Until the cause is found it is refused by name and line rather than possibly wrong."""
-    mask = kwargs.get("mask", args[_ENCODER_MASK_ARGUMENT] if len(args) > _ENCODER_MASK_ARGUMENT else None)
-    if mask is not None:
-        raise NotImplementedError(
-            f"torch._transformer_encoder_layer_fwd{user_location()}: nn.TransformerEncoderLayer's eval fast path "
-            "with a padding or attention mask is not supported under discover(); call the encoder outside the "
-            "jitted function, or in training mode, or without the mask")
-
-
 def register(executor: OperatorExecutor) -> None:
     """The lookasides above on ``executor``: ``F.multi_head_attention_forward``, the two eval fast-path functions and
     ``F.scaled_dot_product_attention`` with ``enable_gqa``."""
@@ -179,8 +163,6 @@ def register(executor: OperatorExecutor) -> None:
 
         def lookaside(*args: Any, _ops: _EagerFunction = ops, _name: str = name, **kwargs: Any) -> Any:
             _refuse_subclasses(_name, args, kwargs)
-            if _name == "transformer_encoder_layer_fwd":
-                _refuse_encoder_fast_path_mask(args, kwargs)
             return _ops.plain(*args, **kwargs)
 
         executor._lookasides[function] = lookaside
