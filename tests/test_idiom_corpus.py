@@ -29,12 +29,6 @@ XFAIL: dict[str, str] = {
     "parametrizations/spectral_norm":
         "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
     "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",
-    "rnns/LSTM-packed-sequence":
-        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
-    "rnns/GRU-packed-sequence":
-        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
-    "rnns/RNN-packed-sequence":
-        "loud: NotImplementedError: Trying to call function torch._pack_padded_sequence, but it is not yet sup...",
     "distributions/vae-Normal-rsample-kl":
         "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "distributions/Normal-log_prob-entropy":

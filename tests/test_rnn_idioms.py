@@ -17,6 +17,7 @@ import pytest
 import thunder
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from train_like_eager import random_inputs, train_like_eager
 
 import thunderplug
@@ -59,6 +60,27 @@ class _Recurrent(nn.Module):
         return self.head(last), *hidden
 
 
+class _Packed(nn.Module):
+    """pack_padded_sequence -> a recurrent layer -> pad_packed_sequence -> a linear head (the graph breaks at the
+    packing: its shapes depend on the lengths' values)."""
+
+    def __init__(self, kind: type[nn.RNNBase], lengths: list[int], as_list: bool = False, enforce_sorted: bool = True,
+                 batch_first: bool = True, **kwargs):
+        super().__init__()
+        self.rnn = kind(4, 6, batch_first=batch_first, **kwargs)
+        self.head = nn.Linear(6 * (2 if kwargs.get("bidirectional") else 1), 2)
+        self.lengths = lengths if as_list else torch.tensor(lengths)
+        self.enforce_sorted, self.batch_first = enforce_sorted, batch_first
+
+    def forward(self, x):
+        packed = pack_padded_sequence(x, self.lengths, batch_first=self.batch_first,
+                                      enforce_sorted=self.enforce_sorted)
+        out, hidden = self.rnn(packed)
+        padded, lengths = pad_packed_sequence(out, batch_first=self.batch_first)
+        hidden = hidden if isinstance(hidden, tuple) else (hidden,)
+        return self.head(padded), lengths, *hidden
+
+
 class _Unbatched(nn.Module):
     def __init__(self):
         super().__init__()
@@ -82,6 +104,12 @@ PROGRAMS = {
         lambda: _Recurrent(nn.GRU, initial_state=True, num_layers=2, dropout=0.5), (5, 3, 4)),
     "LSTM-initial-state": (lambda: _Recurrent(nn.LSTM, initial_state=True, batch_first=True), (3, 5, 4)),
     "GRU-unbatched": (_Unbatched, (1, 5, 4)),
+    "LSTM-packed": (lambda: _Packed(nn.LSTM, [5, 3, 2]), (3, 5, 4)),
+    "GRU-packed-unsorted-list": (lambda: _Packed(nn.GRU, [2, 5, 3], as_list=True, enforce_sorted=False), (3, 5, 4)),
+    "RNN-packed-seq-first": (lambda: _Packed(nn.RNN, [5, 5, 1], batch_first=False), (5, 3, 4)),
+    "LSTM-packed-bidirectional-dropout": (
+        lambda: _Packed(nn.LSTM, [3, 5, 4, 1], enforce_sorted=False, num_layers=2, dropout=0.5, bidirectional=True),
+        (4, 5, 4)),
 }
 
 
@@ -161,3 +189,23 @@ def test_parametrized_layer_refused() -> None:
 
     with pytest.raises(Exception, match=r"GRU \(at .*test_rnn_idioms.py:\d+\).*parametrization"):
         thunder.jit(f, executors=thunderplug.discover())(torch.randn(5, 3, 4))
+
+
+def test_packing_breaks_the_graph() -> None:
+    """The graph breaks at pack_padded_sequence, named with the user's line; the code before it is a thunder graph."""
+    from thunderplug.plugin_api.notices import ThunderplugWarning
+    from thunderplug.tracing.compilation import record_for
+
+    torch.manual_seed(0)
+    pre, rnn = nn.Linear(4, 4), nn.GRU(4, 6, batch_first=True)
+
+    def f(x, lengths):
+        packed = pack_padded_sequence(torch.tanh(pre(x)), lengths, batch_first=True)
+        return pad_packed_sequence(rnn(packed)[0], batch_first=True)[0]
+
+    x, lengths = torch.randn(3, 5, 4), torch.tensor([5, 4, 2])
+    jitted = thunder.jit(f, executors=thunderplug.discover())
+    with pytest.warns(ThunderplugWarning, match=r"pack_padded_sequence \(at .*test_rnn_idioms.py:\d+\)"):
+        got = jitted(x, lengths)
+    torch.testing.assert_close(got, f(x, lengths), rtol=0, atol=0)
+    assert len(record_for(thunder.compile_data(jitted)).graph_parts) == 1

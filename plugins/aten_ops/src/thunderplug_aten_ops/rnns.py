@@ -10,14 +10,21 @@ would then run the function outside grad mode, where CPU picks another oneDNN pr
 
 How: ``_update_flat_weights`` is skipped in the interpreted program where the module's ``_flat_weights`` are its
 parameters (otherwise, a parametrized layer, the layer is refused by name and line: :func:`_update_flat_weights`);
-thunder proxies the list's tensors as inputs. Each call of those torch functions
-is one operator calling the function itself on the real tensors, under grad mode where eager computes gradients
-(its metadata from the input's and the hidden state's shapes, so the packed-sequence form needs no values of
-``batch_sizes``); under grad its backward runs the function again on detached copies of the tensors that require
-grad (the flat weights, the input, the initial state) and asks eager's engine for their gradients, every output's
-cotangent given. With dropout between layers (``dropout > 0``, ``train``, more than one layer) the forward returns
-the generator's state taken just before, and the backward draws again from it and puts the generator back
-(:mod:`thunderplug_aten_ops.random_ops`): eager's mask forward and backward, the generator where eager leaves it.
+thunder proxies the list's tensors as inputs. Each call of those torch functions (the padded form: ``input, hx,
+params, has_biases, ...``) is one operator calling the function itself on the real tensors, under grad mode where
+eager computes gradients (its metadata from the input's and the hidden state's shapes); under grad its backward
+runs the function again on detached copies of the tensors that require grad (the flat weights, the input, the
+initial state) and asks eager's engine for their gradients, every output's cotangent given. With dropout between
+layers (``dropout > 0``, ``train``, more than one layer) the forward returns the generator's state taken just
+before, and the backward draws again from it and puts the generator back (:mod:`thunderplug_aten_ops.random_ops`):
+eager's mask forward and backward, the generator where eager leaves it.
+
+Packed sequences: ``pack_padded_sequence`` (``pack_sequence``, ``torch._pack_padded_sequence``) makes tensors whose
+shapes are the lengths' values (``batch_sizes``, the packed data's length), which a thunder 0.2.6 trace cannot
+hold; the graph breaks at the packing (``wiring.graph_breaks``), thunder compiling the code before it. Dynamo
+itself runs the rest of that frame eagerly ("Dynamo does not support RNN, GRU, or LSTM"): the packing, the layer and
+``pad_packed_sequence`` are eager's. A ``PackedSequence`` passed into a jitted layer, or the packed form of
+``torch.lstm`` called directly, stays thunder's error (loud).
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 from torch import nn
 from torch.nn.utils import parametrize
+from torch.nn.utils import rnn as rnn_utils
 
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import torch_to_thunder_function_map
+from thunderplug.tracing.aten import DataDependentShapeError
 from thunderplug_aten_ops.random_ops import DRAWS, _generator
 
 #: the torch functions of ``nn.RNNBase``'s modes
@@ -45,21 +54,14 @@ FUNCTIONS = (torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu)
 Path = tuple[int, ...]
 
 
-def _packed(args: tuple) -> bool:
-    """The packed-sequence form (``data, batch_sizes, hx, params, ...``): an integer tensor second."""
-    second = args[1]
-    return isinstance(second, (TensorProxy, torch.Tensor)) and not (
-        dtypes.is_float_dtype(second.dtype) if isinstance(second, TensorProxy) else second.is_floating_point())
-
-
 def _options(args: tuple) -> tuple[int, float, bool, bool]:
-    """``num_layers, dropout, train, bidirectional`` of either form."""
-    num_layers, dropout, train, bidirectional = args[5:9] if _packed(args) else args[4:8]
+    """``num_layers, dropout, train, bidirectional`` of ``input, hx, params, has_biases, num_layers, ...``."""
+    num_layers, dropout, train, bidirectional = args[4:8]
     return num_layers, dropout, train, bidirectional
 
 
 def _hidden(args: tuple) -> list:
-    hx = args[2] if _packed(args) else args[1]
+    hx = args[1]
     return list(hx) if isinstance(hx, (list, tuple)) else [hx]
 
 
@@ -188,6 +190,12 @@ def _plain(*args: Any) -> bool:
         type(t) is TensorProxy and devices.to_torch_device(t.device).type in ("cpu", "cuda") for t in tensors)
 
 
+def _padded_form(*args: Any, **kwargs: Any) -> bool:
+    """The padded form (``input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first``)
+    of plain tensors."""
+    return not kwargs and len(args) == 9 and isinstance(args[3], bool) and _plain(*args)
+
+
 def _caller_location() -> str:
     """`` (at file:line)`` of the innermost interpreted frame outside torch and thunder: the user's call of the
     layer (the refusal is raised inside ``nn.RNNBase.forward``)."""
@@ -223,6 +231,20 @@ def register(executor: OperatorExecutor) -> None:
     for fn in FUNCTIONS:
         ops = _Recurrent(executor, fn)
         executor.register_implementation(
-            symbols[fn], checker=lambda *args, **kwargs: not kwargs and _plain(*args),
-            execution_transform=ops.execute, grad_transform=ops.grad)
+            symbols[fn], checker=_padded_form, execution_transform=ops.execute, grad_transform=ops.grad)
     executor._lookasides[nn.RNNBase._update_flat_weights] = _update_flat_weights
+    for fn, name in ((rnn_utils.pack_padded_sequence, "pack_padded_sequence"),
+                     (rnn_utils.pack_sequence, "pack_sequence"),
+                     (torch._pack_padded_sequence, "torch._pack_padded_sequence")):
+        executor._lookasides[fn] = _break_at_packing(name)
+
+
+def _break_at_packing(name: str) -> Any:
+    """A lookaside of a packing function ``name``: the graph breaks at the call (see the module docstring)."""
+
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        location = _caller_location()
+        raise DataDependentShapeError(
+            f"{name}{location}: the packed sequence's shapes are the lengths' values", op=name, location=location)
+
+    return lookaside
