@@ -136,3 +136,69 @@ def test_stock_thunder_still_takes_the_else_branch():
     (x,) = random_inputs(4, 6)[0]
     _, flag = thunder.jit(copy.deepcopy(model))(x)
     assert flag.item() == 0.0 and model(x)[1].item() == 1.0
+
+
+class _Rounded(nn.Module):
+    """Outputs reached from the parameters only through ``floor``/``ceil`` (eager: ``requires_grad=True``, a zero
+    gradient, so AdamW still decays the layers' weights), and an in-place ``floor_``."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(6, 4), nn.Linear(6, 4), nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.c(x) * 3
+        h.floor_()
+        return self.a(x).floor(), torch.ceil(self.b(x) * 2), h, torch.tensor(float(self.a(x).floor().requires_grad))
+
+
+def test_floor_and_ceil_outputs_require_grad_as_in_eager():
+    """On main the outputs said ``requires_grad=False`` and the three layers got no gradient (eager: zeros)."""
+    model = _Rounded()
+    assert all(t.requires_grad for t in model(torch.randn(2, 6))[:3])
+    train_like_eager(model, random_inputs(4, 6))
+
+
+def _view_flags(w: torch.Tensor, x: torch.Tensor) -> list[bool]:
+    with torch.no_grad():
+        views = [w.view(-1), w.t(), w[0], w[:, 1:], w[None], w.transpose(0, 1), w.permute(1, 0), w.unsqueeze(0),
+                 w.expand(2, 4, 6), w.narrow(0, 0, 1), w.select(0, 1), w.diagonal(), w.split(1)[0], w.chunk(2)[1],
+                 w.unbind()[0], w.movedim(0, 1), w.unflatten(1, (2, 3)), w.view_as(w), w.T, x.view(-1),
+                 w[torch.tensor([0, 1])], w.detach(), w.clone(), w * 1, w.view(torch.float32)]
+    return [v.requires_grad for v in views] + [(views[0] * 2).requires_grad]
+
+
+class _NoGradViews(nn.Module):
+    """Views made under ``torch.no_grad()`` of a parameter: eager's require grad, copies do not; a branch on one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 4)
+
+    def forward(self, x):
+        flags = _view_flags(self.a.weight, x)
+        with torch.no_grad():
+            v = self.a.weight.t()
+        y = self.a(x)
+        return (y * 2 if v.requires_grad else y * 3), torch.tensor([float(f) for f in flags])
+
+
+def test_views_under_no_grad_require_grad_as_in_eager():
+    """On main every view read False (the branch took ``y * 3``: losses differ)."""
+    model = _NoGradViews()
+    expected = _view_flags(model.a.weight, torch.randn(2, 6))
+    assert expected == [True] * 19 + [False] * 6 + [True]
+    train_like_eager(model, random_inputs(4, 6))
+
+
+def test_requires_grad_of_a_reshape_under_no_grad_is_refused_by_line():
+    """Eager's answer for ``reshape``/``flatten``/``contiguous`` depends on strides thunder does not trace."""
+
+    def f(w):
+        with torch.no_grad():
+            r = w.t().reshape(-1)
+        return w * 2 if r.requires_grad else w * 3
+
+    jitted = thunder.jit(f, executors=thunderplug.discover())
+    with pytest.raises(NotImplementedError, match=r"reshape, flatten or contiguous.*test_requires_grad_idioms.py:\d+"):
+        jitted(torch.randn(3, 2, requires_grad=True))

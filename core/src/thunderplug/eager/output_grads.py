@@ -14,7 +14,8 @@ under the grad mode the function *ends* in, so in the joint trace a function tha
 run under ``no_grad``, tags differentiable values as detached. It follows data dependence from the
 inputs that require grad through the trace's top-level ops and stops at values that cannot carry a
 gradient (integer and boolean tensors), at ``detach``, at values computed under ``torch.no_grad()``
-and at ops the caller names (reads of a subclass's inner tensors). Outputs no such path reaches
+and at ops the caller names (reads of a subclass's inner tensors); a view (:data:`VIEWS`) made under
+``torch.no_grad()`` of a value requiring grad requires grad, as eager's does. Outputs no such path reaches
 are, in the joint trace (outputs match by position), passed through a ``mark_non_differentiable``
 op, which flags the tensor at run time; thunder's autograd Functions (patched in
 ``wiring.patches``) then pass the flagged outputs to ``ctx.mark_non_differentiable``, as a
@@ -47,6 +48,7 @@ from thunder.executors.pythonex import ex as pythonex
 
 from thunderplug.eager import tied_grads
 from thunderplug.tracing import trace_walk
+from thunderplug.tracing.aten import user_location
 
 #: the attribute a runtime output carries from ``mark_non_differentiable`` to the autograd Function
 _FLAG = "_thunderplug_non_differentiable"
@@ -147,6 +149,16 @@ NON_DIFFERENTIABLE = frozenset({
 })  # fmt: skip
 #: torch functions differentiable in their first argument only (the second gives a dtype, device or shape)
 FIRST_ARGUMENT_ONLY = frozenset({"type_as", "to", "expand_as", "view_as", "reshape_as"})
+#: torch functions whose result is always a view of their first argument, as thunder's symbols name them: made
+#: under ``torch.no_grad()`` from a tensor requiring grad, eager's view requires grad too (a leaf of its own)
+VIEWS = frozenset({
+    "view", "t", "transpose", "permute", "getitem", "squeeze", "unsqueeze", "expand", "expand_as", "narrow", "select",
+    "diagonal", "split", "chunk", "unbind", "tensor_split", "movedim", "unflatten", "view_as", "swapaxes", "unfold",
+    "real", "imag",
+})  # fmt: skip
+#: views where they can be, copies where not: eager's ``requires_grad`` under ``no_grad`` depends on the input's
+#: strides, which thunder's proxies do not have
+MAYBE_VIEWS = frozenset({"reshape", "flatten", "contiguous", "reshape_as"})
 
 
 def _follow(bsyms: list[BoundSymbol], reached: set, classified: set, cuts: Callable[[BoundSymbol], bool]) -> None:
@@ -165,13 +177,30 @@ def _follow_one(bsym: BoundSymbol, reached: set, classified: set, cuts: Callable
     if bsym.sym.name in FIRST_ARGUMENT_ONLY and bsym.args and isinstance(bsym.args[0], Proxy):
         args = [bsym.args[0]]
     if not stops and any(variableify(a) in reached for a in args):
-        reached.update(variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and not _detached(out))
+        view = _is_view(bsym) and variableify(bsym.args[0]) in reached
+        reached.update(
+            variableify(out) for out in bsym.flat_proxy_outs if _carries_grad(out) and (view or not _detached(out))
+        )
         if bsym.sym.id == prims.PrimIDs.COPY_ and len(bsym.args) >= 2 and isinstance(bsym.args[1], TensorProxy):
             if variableify(bsym.args[0]) in reached and not _detached(bsym.output) and _carries_grad(bsym.args[1]):
                 reached.add(variableify(bsym.args[1]))
     classified.update(outs)
     if not stops and bsym.subsymbols:
         _follow(bsym.subsymbols, reached, classified, cuts)
+
+
+def _is_view(bsym: BoundSymbol) -> bool:
+    """A call of a :data:`VIEWS` function: a view of its first argument (``view`` to a dtype and ``getitem`` with a
+    tensor or list index are not)."""
+    if bsym.sym.name not in VIEWS or not bsym.args or not isinstance(bsym.args[0], TensorProxy):
+        return False
+    rest = tree_flatten((bsym.args[1:], bsym.kwargs))[0]
+    if bsym.sym.name == "view" and any(isinstance(a, (dtypes.dtype, torch.dtype)) for a in rest):
+        return False
+    if bsym.sym.name == "getitem" and (any(isinstance(a, TensorProxy) for a in rest)
+                                       or any(isinstance(a, list) for a in bsym.args[1:])):
+        return False
+    return True
 
 
 def requires_grad_while_tracing(value: TensorProxy, cuts: Callable[[BoundSymbol], bool]) -> bool:
@@ -188,14 +217,27 @@ def requires_grad_while_tracing(value: TensorProxy, cuts: Callable[[BoundSymbol]
     if trace is None:
         return False
 
-    def visit(state: tuple[set, set], bsym: BoundSymbol) -> None:
-        reached, classified = state
+    def visit(state: tuple[set, set, set], bsym: BoundSymbol) -> None:
+        reached, classified, unsure = state
         # inputs and parameters are the only proxies thunder sets requires_grad on
         reached.update(variableify(a) for a in bsym.flat_proxy_args if getattr(a, "requires_grad", False))
         _follow_one(bsym, reached, classified, cuts)
+        args = [variableify(a) for a in bsym.flat_proxy_args]
+        outs = [variableify(o) for o in bsym.flat_proxy_outs if _carries_grad(o)]
+        maybe_view = bsym.sym.name in MAYBE_VIEWS and any(_detached(o) for o in bsym.flat_proxy_outs)
+        if (maybe_view and any(a in reached for a in args)) or (
+            any(a in unsure for a in args) and bsym.sym.name not in NON_DIFFERENTIABLE and not cuts(bsym)
+        ):
+            unsure.update(o for o in outs if o not in reached)
 
-    reached, _ = trace_walk.facts(trace, "requires grad", lambda: (set(), set()), visit)
-    return variableify(value) in reached
+    reached, _, unsure = trace_walk.facts(trace, "requires grad", lambda: (set(), set(), set()), visit)
+    key = variableify(value)
+    if key not in reached and key in unsure:
+        raise NotImplementedError(
+            f"thunderplug: requires_grad of a tensor reshaped (reshape, flatten or contiguous) under torch.no_grad() "
+            f"from one that requires grad{user_location()}: eager's answer depends on whether it was a view (True) or "
+            "a copy (False), on strides thunder 0.2.6 does not trace; use view() (a view) or clone() (a copy)")
+    return key in reached
 
 
 def _interpreted_trace() -> TraceCtx | None:

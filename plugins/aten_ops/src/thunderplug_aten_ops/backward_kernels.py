@@ -225,7 +225,7 @@ def _remainder_scalar_backward(grad, a):
 
 
 def _zeros_backward(grad, a):
-    """``round`` and ``trunc`` (``derivatives.yaml``: ``zeros_like(grad)``): a zero gradient."""
+    """``round``, ``trunc``, ``floor`` and ``ceil`` (``derivatives.yaml``: ``zeros_like(grad)``): a zero gradient."""
     return torch.zeros_like(grad)
 
 
@@ -493,6 +493,8 @@ class _Kernels:
         self.remainder_scalar_tensor = op("remainder_scalar_tensor", aten.remainder.Scalar_Tensor)
         self.round = op("round", aten.round.default)
         self.trunc = op("trunc", aten.trunc.default)
+        self.floor = op("floor", aten.floor.default)
+        self.ceil = op("ceil", aten.ceil.default)
         self.zeros_backward = formula("zeros_backward", _zeros_backward)
         self.zeros_binary_backward = formula("zeros_binary_backward", _zeros_binary_backward, (1, 2))
         self.div_mode = op("div_tensor_mode", aten.div.Tensor_mode)
@@ -1002,6 +1004,25 @@ class _Rules:
         put_grad(a, self.k.zeros_backward(get_grad(out), a))
         return out
 
+    def floor_execute(self, a, /):
+        return self.k.floor(a)
+
+    def floor_grad(self, a, /):
+        """eager's ``FloorBackward0``: a zero gradient, so ``x.floor()`` of a tensor requiring grad requires grad
+        (thunder's autodiff gives none: its output did not, and a parameter reached only through it got no
+        gradient, which AdamW skips where eager decays it)."""
+        out = self.k.floor(a)
+        put_grad(a, self.k.zeros_backward(get_grad(out), a))
+        return out
+
+    def ceil_execute(self, a, /):
+        return self.k.ceil(a)
+
+    def ceil_grad(self, a, /):
+        out = self.k.ceil(a)
+        put_grad(a, self.k.zeros_backward(get_grad(out), a))
+        return out
+
     @staticmethod
     def div_checker(a: Any, b: Any, /, *, rounding_mode: Any = None, out: Any = None) -> bool:
         """``div`` with a rounding mode (thunder's ``trunc`` decomposition has no rule)."""
@@ -1283,6 +1304,8 @@ _RULES: dict[Any, tuple[str, str, str]] = {
     ltorch.heaviside: ("same_float_checker", "heaviside_execute", "heaviside_grad"),
     ltorch.round: ("unary_checker", "round_execute", "round_grad"),
     ltorch.trunc: ("unary_checker", "trunc_execute", "trunc_grad"),
+    ltorch.floor: ("unary_checker", "floor_execute", "floor_grad"),
+    ltorch.ceil: ("unary_checker", "ceil_execute", "ceil_grad"),
     ltorch.div: ("div_checker", "div_execute", "div_grad"),
     ltorch.hstack: ("stack_checker", "hstack_execute", "hstack_grad"),
     ltorch.vstack: ("stack_checker", "vstack_execute", "vstack_grad"),
