@@ -29,10 +29,6 @@ XFAIL: dict[str, str] = {
     "parametrizations/spectral_norm":
         "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
     "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",
-    "distributions/vae-Normal-rsample-kl":
-        "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
-    "distributions/Normal-log_prob-entropy":
-        "loud: ValueError: Input arguments must all be instances of Number, torch.Tensor or objects implementi...",
     "control_flow/tolist-split-sizes":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
@@ -43,11 +39,7 @@ XFAIL: dict[str, str] = {
 }  # fmt: skip
 #: programs equal to eager when run alone (docs/idioms.md) but not after the programs before them in this
 #: file: xfail(strict=False) until the state one of them leaves behind is found
-ORDER_DEPENDENT: dict[str, str] = {
-    "distributions/Categorical-policy-gradient":
-        "loud after the earlier programs (torch._is_all_true not supported, from the distribution's argument "
-        "validation), equal alone",
-}
+ORDER_DEPENDENT: dict[str, str] = {}
 
 
 @functools.cache

@@ -430,3 +430,21 @@ def executor_methods(original: Callable[..., Any], active: Callable[[], bool]) -
             raise
 
     return get_method
+
+
+def tensor_like(original: Callable[[Any], bool], active: Callable[[], bool]) -> Callable[[Any], Callable]:
+    """A lookaside for ``torch.overrides.is_tensor_like`` (``original``): a tensor proxy is tensor-like, as the
+    tensor it stands for. torch.distributions' ``broadcast_all`` (``Normal(loc, scale)``, ``Uniform``, ...)
+    asks it of every parameter, and a proxy, which is no ``torch.Tensor`` and has no ``__torch_function__``, made
+    it raise ``ValueError: Input arguments must all be instances of Number, torch.Tensor or ...``."""
+
+    def make(_no_lookaside: Any) -> Callable[..., Any]:
+        def lookaside(value: Any) -> bool:
+            if active() and isinstance(value, TensorProxy):
+                return True
+            return original(value)
+
+        return interpreter_needs_wrap(lookaside)
+
+    return make
+

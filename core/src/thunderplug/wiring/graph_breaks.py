@@ -57,7 +57,7 @@ class _Broken:
             parts.append(compiled)
             return compiled
 
-        self.run = torch.compile(compile_data.fn, backend=backend)
+        self.run = _compiled(compile_data.fn, backend)
         self.parts = parts
         self.compile_data = weakref.ref(compile_data)
 
@@ -76,6 +76,18 @@ class _Broken:
 
         entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
         return entry, [args, kwargs], ()
+
+
+def _compiled(fn: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile(fn, backend=backend)``, leaving eager's torch.distributions validation default as it was:
+    Dynamo's first ``torch.compile`` of the process turns it off for the whole process (its ``TorchPatcher``:
+    ``Distribution.set_default_validate_args(False)``), so after a discover() graph break eager's own
+    ``Normal(0.0, -1.0)`` no longer raised, and nor did the distributions in the graphs Dynamo runs."""
+    validating = torch.distributions.Distribution._validate_args
+    try:
+        return torch.compile(fn, backend=backend)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validating)
 
 
 def _result(result: Any) -> Any:

@@ -40,6 +40,7 @@ from torch._dynamo.mutation_guard import GenerationTracker
 from thunderplug.caching import dynamic_sizes
 from thunderplug.eager import (
     compile_branches,
+    distributions,
     functorch_transforms,
     inplace_grads,
     output_grads,
@@ -791,6 +792,25 @@ PATCHES: tuple[Patch, ...] = (
             features=("eager.tensor_api",),
         )
         for method in tensor_api.BACKWARD_HOOK_REGISTRATIONS
+    ),
+    Patch(
+        "is_tensor_like lookaside", _LOOKASIDES, torch.overrides.is_tensor_like,
+        tensor_api.tensor_like(torch.overrides.is_tensor_like, _compiling_with_core), "discover() compilations",
+        "`torch.overrides.is_tensor_like` said False for a tensor proxy (no `torch.Tensor`, no `__torch_function__`), "
+        "so torch.distributions' `broadcast_all` refused every distribution built from tensors in a jitted "
+        "function (`Normal(loc, scale)`: `ValueError: Input arguments must all be instances of Number, "
+        "torch.Tensor ...`): a tensor proxy is tensor-like, as the tensor it stands for.",
+        features=("eager.tensor_api",),
+    ),
+    Patch(
+        "torch._is_all_true lookaside", _LOOKASIDES, torch._is_all_true,
+        distributions.is_all_true(_compiling_with_core), "discover() compilations",
+        "`torch._is_all_true` had no symbol (`NotImplementedError`), and torch.distributions' argument and sample "
+        "validation (`if not torch._is_all_true(valid): raise ValueError(...)`) branches on a tensor's value: there "
+        "the answer is True with a `check_distribution` operator recorded (never dead-code eliminated) that raises "
+        "eager's ValueError at every call whose values are invalid, naming the user's line; elsewhere it is "
+        "`torch.all`, whose branch breaks the graph.",
+        features=("eager.distributions",),
     ),
     Patch(
         "NumberProxy.__bool__ lookaside", _LOOKASIDES, NumberProxy.__bool__,
