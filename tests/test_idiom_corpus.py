@@ -26,9 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "parametrizations/spectral_norm":
-        "loud: NotImplementedError: normalize: out is not None which is currently unsupported",
-    "parametrizations/orthogonal": "loud: AttributeError: 'ParametrizedLinear' object has no attribute 'weight'",
     "control_flow/tolist-split-sizes":
         "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":

@@ -5,6 +5,11 @@
 previous step's ``(h, c)`` of ``torch.lstm_cell``), so the earlier steps got none, silently
 (``wiring.fixes.nested_argument_grads``).
 
+``parametrizations.spectral_norm`` (its power method's ``F.normalize(..., out=u)``, ``W.H`` and
+``u.clone(memory_format=torch.contiguous_format)`` were refused; its ``_u``/``_v`` buffers are updated in place in
+training as in eager) and ``parametrizations.orthogonal`` (``X.mH``: "'ParametrizedLinear' object has no attribute
+'weight'", the AttributeError of the property hiding thunder's "Unknown attribute mH").
+
 ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (layered, bidirectional, projected, inter-layer dropout, a given initial state,
 unbatched): tracing failed ("KeyError: None while tracing LSTM(...)", ``weakref.ref`` of proxies in
 ``_update_flat_weights``); each ``torch.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` call now runs as eager's function
@@ -17,6 +22,7 @@ import pytest
 import thunder
 import torch
 from torch import nn
+from torch.nn.utils import parametrizations
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from train_like_eager import random_inputs, train_like_eager
 
@@ -81,6 +87,22 @@ class _Packed(nn.Module):
         return self.head(padded), lengths, *hidden
 
 
+def _parametrized(parametrization: str, shape: tuple[int, int] = (6, 6), **kwargs) -> nn.Module:
+    """An MLP whose first linear layer's weight is parametrized (``torch.nn.utils.parametrizations``)."""
+    model = nn.Sequential(nn.Linear(shape[1], shape[0]), nn.Tanh(), nn.Linear(shape[0], 3))
+    getattr(parametrizations, parametrization)(model[0], **kwargs)
+    return model
+
+
+class _SpectralConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = parametrizations.spectral_norm(nn.Conv2d(2, 3, 3), n_power_iterations=3, dim=1)
+
+    def forward(self, x):
+        return self.conv(x).tanh()
+
+
 class _Unbatched(nn.Module):
     def __init__(self):
         super().__init__()
@@ -104,6 +126,13 @@ PROGRAMS = {
         lambda: _Recurrent(nn.GRU, initial_state=True, num_layers=2, dropout=0.5), (5, 3, 4)),
     "LSTM-initial-state": (lambda: _Recurrent(nn.LSTM, initial_state=True, batch_first=True), (3, 5, 4)),
     "GRU-unbatched": (_Unbatched, (1, 5, 4)),
+    "spectral_norm": (lambda: _parametrized("spectral_norm"), (4, 6)),
+    "spectral_norm-wide-3-iterations": (lambda: _parametrized("spectral_norm", (4, 7), n_power_iterations=3), (4, 7)),
+    "spectral_norm-conv-dim1": (_SpectralConv, (2, 2, 6, 6)),
+    "orthogonal-matrix_exp": (lambda: _parametrized("orthogonal"), (4, 6)),
+    "orthogonal-householder": (lambda: _parametrized("orthogonal", (4, 6)), (4, 6)),
+    "orthogonal-cayley-no-trivialization": (
+        lambda: _parametrized("orthogonal", orthogonal_map="cayley", use_trivialization=False), (4, 6)),
     "LSTM-packed": (lambda: _Packed(nn.LSTM, [5, 3, 2]), (3, 5, 4)),
     "GRU-packed-unsorted-list": (lambda: _Packed(nn.GRU, [2, 5, 3], as_list=True, enforce_sorted=False), (3, 5, 4)),
     "RNN-packed-seq-first": (lambda: _Packed(nn.RNN, [5, 5, 1], batch_first=False), (5, 3, 4)),
@@ -113,8 +142,17 @@ PROGRAMS = {
 }
 
 
+#: programs not yet equal to eager under discover(), with the measured failure
+KNOWN: dict[str, str] = {
+    "orthogonal-householder": "drift: the weight's gradient 1.5e-08 off in step 0 (5 of 24 elements); the "
+                              "forward and the Householder ops alone are bit-identical, cause not found",
+    "orthogonal-cayley-no-trivialization": "loud: torch.eye is not supported by thunder 0.2.6",
+}
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(reason=KNOWN[n], strict=True)])
+                                  if n in KNOWN else n for n in PROGRAMS])
 def test_equals_eager(name: str, mode: str) -> None:
     build, shape = PROGRAMS[name]
     torch.manual_seed(0)
@@ -209,3 +247,17 @@ def test_packing_breaks_the_graph() -> None:
         got = jitted(x, lengths)
     torch.testing.assert_close(got, f(x, lengths), rtol=0, atol=0)
     assert len(record_for(thunder.compile_data(jitted)).graph_parts) == 1
+
+
+@pytest.mark.parametrize("attr", ["H", "mH"])
+def test_adjoint_properties(attr: str) -> None:
+    """``t.H``/``t.mH`` of real tensors are eager's transposes; eager's error for a tensor of too few dimensions."""
+    x, batch = torch.randn(3, 4, requires_grad=True), torch.randn(2, 3, 4)
+
+    def f(x, batch):
+        return getattr(x, attr) * 2, (batch.mH if attr == "mH" else batch[0].H)
+
+    for a, b in zip(thunder.jit(f, executors=thunderplug.discover())(x, batch), f(x, batch)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(Exception, match=f"tensor.{attr} is only supported on matrices"):
+        thunder.jit(lambda v: getattr(v, attr), executors=thunderplug.discover())(torch.randn(3))

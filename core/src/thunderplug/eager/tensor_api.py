@@ -36,6 +36,7 @@ from typing import Any
 
 import thunder.torch as ltorch
 import torch
+from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
@@ -310,6 +311,25 @@ def requires_grad_property(
 HOOK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "retain_grad"})
 
 
+#: the adjoint properties thunder's proxies lack (``Unknown attribute H``): for real tensors, transposes
+ADJOINTS = frozenset({"H", "mH"})
+
+
+def _real_tensor(value: Any) -> bool:
+    return isinstance(value, TensorProxy) and not dtypes.is_complex_dtype(value.dtype)
+
+
+def _adjoint(proxy: TensorProxy, attr: str) -> TensorProxy:
+    """``t.H`` (a matrix's) and ``t.mH`` (the last two dimensions') of a real tensor: eager's transposed view
+    (``parametrizations.spectral_norm``'s power method, ``orthogonal``'s skew-symmetric part)."""
+    if attr == "H" and proxy.ndim != 2:
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {proxy.ndim}-D tensor.")
+    if attr == "mH" and proxy.ndim < 2:
+        raise RuntimeError(f"tensor.mH is only supported on matrices or batches of matrices. Got {proxy.ndim}-D "
+                           "tensor.")
+    return ltorch.transpose(proxy, -2, -1)
+
+
 def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
     """The lookaside of ``TensorProxy.__getattr__`` (``original``), for ``t.register_hook(fn)`` and the other
     :data:`HOOK_METHODS` inside a jitted function: thunder's proxies have none (``AttributeError: Unknown
@@ -329,11 +349,15 @@ def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]
         )  # fmt: skip
 
     refusal = interpreter_needs_wrap(refuse)
+    transposed = interpreter_needs_wrap(_adjoint)
 
     def lookaside(proxy: Any, attr: Any, /, *args: Any, **kwargs: Any) -> Any:
         # the attribute name first: this runs for every method call on a proxy in the user's program
-        if unwrap(attr) in HOOK_METHODS and active() and isinstance(unwrap(proxy), TensorProxy):
+        name = unwrap(attr)
+        if name in HOOK_METHODS and active() and isinstance(unwrap(proxy), TensorProxy):
             return refusal(proxy, attr)
+        if name in ADJOINTS and active() and _real_tensor(unwrap(proxy)):
+            return transposed(proxy, attr)
         return original(proxy, attr, *args, **kwargs)
 
     return lookaside

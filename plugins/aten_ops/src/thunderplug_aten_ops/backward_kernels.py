@@ -78,6 +78,7 @@ from thunderplug_aten_ops import (
     grouped_mm,
     interpolate_modes,
     pad_modes,
+    parametrizations,
     random_ops,
     rnns,
     scalar_operands,
@@ -1384,6 +1385,7 @@ def build_executor() -> OperatorExecutor:
     torch_forms.register(executor)
     attention.register(executor)
     rnns.register(executor)
+    parametrizations.register(executor)
     broadcast_views.register(executor)
     random_ops.register(executor)
     random_ops.register_samplers(executor)

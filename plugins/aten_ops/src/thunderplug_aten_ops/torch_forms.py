@@ -7,7 +7,9 @@ docs/known-issues.md).
 (``positional-only arguments passed as keyword arguments``), ``Tensor.unfold`` under grad (the automatic
 registration runs ``F.unfold``'s fake kernel) and ``torch._weight_norm`` (``nn.utils.parametrizations.weight_norm``
 and ``nn.utils.weight_norm`` call it: ``not yet supported``) and ``F.embedding``/``nn.Embedding`` with ``max_norm``
-(``NotImplementedError``): the rows read are renormalized in place under no_grad by eager's ``embedding_renorm_``
+(``NotImplementedError``), and ``clone(memory_format=torch.contiguous_format)`` (``only preserve_format is currently
+supported``; ``parametrizations.spectral_norm`` clones its ``u``/``v`` so): a clone made contiguous. For
+``embedding``'s ``max_norm`` the rows read are renormalized in place under no_grad by eager's ``embedding_renorm_``
 (the operator ``eager_embedding_renorm``, the identity for gradients, as eager's), then looked up by thunder's
 embedding.
 
@@ -146,6 +148,14 @@ def register(executor: OperatorExecutor) -> None:
         return original_embedding(a, weight, padding_idx, None, norm_type, scale_grad_by_freq, sparse)
 
     executor._lookasides[torch.nn.functional.embedding] = embedding
+
+    def clone(a: Any, *, memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        if memory_format is torch.contiguous_format and isinstance(a, TensorProxy):
+            return ltorch.contiguous(ltorch.clone(a))
+        return ltorch.clone(a, memory_format=memory_format)
+
+    for function in (torch.clone, torch.Tensor.clone, ltorch.clone):
+        executor._lookasides[function] = clone
     for function, symbol, lookaside in (
             (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
             (torch.nan_to_num, ltorch.nan_to_num, nan_to_num), (torch.Tensor.unfold, ltorch.unfold, unfold_)):
