@@ -262,8 +262,7 @@ def test_torchvision_models_with_stochastic_depth_train_as_eager(name):
 
 def test_an_unused_draw_still_draws_without_grad():
     """Eager draws where the program says, used or not: the samplers are not removed as dead code (their operators
-    are tagged DONT_DCE), so the draws after them are eager's. Under grad thunder's forward/backward split still
-    moves an unused draw out of the forward (not fixed; thunder's own unused ``torch.rand`` is dropped in any mode)."""
+    are tagged DONT_DCE), so the draws after them are eager's."""
 
     def unused(h):
         torch.randperm(5)
@@ -277,3 +276,53 @@ def test_an_unused_draw_still_draws_without_grad():
     torch.manual_seed(0)
     torch.testing.assert_close(thunder.jit(unused, executors=thunderplug.discover())(h), expected, rtol=0, atol=0)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+class _UnusedDraws(nn.Module):
+    """Draws whose results are unused, or only read by the backward, before the dropouts whose masks count: thunder
+    dropped ``torch.rand(3)``, ``torch.randn``, ``rand_like``, ``randint``, ``multinomial`` and a discarded dropout as
+    dead code (in any grad mode), and moved a discarded dropout under grad (its saved generator state is read by
+    the backward only) into the backward, after the later draws."""
+
+    def __init__(self, which: str):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 3)
+        self.drop = nn.Dropout(0.4)
+        self.which = which
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.which == "factories":
+            torch.rand(3)
+            torch.randn(2, 2)
+            torch.rand_like(h)
+            torch.randint(0, 5, (4,))
+            torch.multinomial(torch.ones(5), 2)
+        elif self.which == "discarded dropout":
+            self.drop(h)
+        elif self.which == "discarded F.dropout of an input":
+            torch.nn.functional.dropout(x, 0.5)
+        return self.b(self.drop(torch.relu(h))), torch.nn.functional.dropout(h, 0.3)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("which", ["factories", "discarded dropout", "discarded F.dropout of an input"])
+def test_unused_draws_keep_eagers_stream(which, train):
+    """On main the masks of the later dropouts differed (losses, outputs, gradients) and the generator ended
+    elsewhere than eager's."""
+    model = _UnusedDraws(which)
+    model.train(train)
+    train_like_eager(model, _inputs(), check_rng=True)
+
+
+def test_unused_draws_keep_eagers_stream_under_no_grad():
+    model = _UnusedDraws("factories")
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    with torch.no_grad():
+        for (x,) in _inputs():
+            torch.manual_seed(3)
+            expected, state = model(x), torch.get_rng_state()
+            torch.manual_seed(3)
+            for a, b in zip(jitted(x), expected):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+            assert torch.equal(torch.get_rng_state(), state)

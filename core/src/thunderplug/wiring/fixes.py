@@ -25,8 +25,9 @@ from thunder.core.prims import get_grad, put_grad
 from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx
+from thunder.core.trace import TraceCtx, from_trace
 from thunder.core.transforms import augmented_forward_impls, backward_impls
+from thunder.executors import torchex
 from thunder.extend import ImplInfo
 
 from thunderplug.eager.output_grads import requires_grad_while_tracing
@@ -1216,6 +1217,93 @@ def hooks_read_from_the_module(original: Callable[..., Any], active: Callable[[]
                 for bsym in prologue_trace.bound_symbols
             ]
         return result
+
+    return replacement
+
+
+#: thunder's prims that draw random numbers without its ``RANDOM_OP`` tag
+_UNTAGGED_DRAWS = frozenset({prims.PrimIDs.RANDN, prims.PrimIDs.RANDINT, prims.PrimIDs.UNIFORM_PHILOX})
+#: torch's random functions, as the ids of thunder's automatic registrations of them (opaque symbols, untagged)
+_AUTO_REGISTERED_DRAWS = frozenset(
+    f"torch.{name}" for name in (
+        "poisson", "binomial", "normal", "_standard_gamma", "_sample_dirichlet", "randint_like", "dropout",
+        "alpha_dropout", "feature_dropout", "feature_alpha_dropout", "native_dropout", "rrelu",
+        "nn.functional.dropout1d", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout", "nn.functional.gumbel_softmax", "nn.functional.rrelu",
+    )
+)
+#: the torch executor's operators that run thunder's random prims and its automatic registrations of random torch
+#: functions (untagged, and without subsymbols once claimed)
+_TORCH_DRAWS = frozenset({"uniform", "randn", "randint", "ops.rngprims.philox_rand", "multinomial_helper"}) | {
+    name.rsplit(".", 1)[-1] for name in _AUTO_REGISTERED_DRAWS
+}
+
+
+def draws(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` draws random numbers: it or a subsymbol at any depth is tagged ``RANDOM_OP`` (thunder's
+    ``uniform``, ``multinomial``, ``get_and_update_rng_state``; executors' operators that draw) or is thunder's
+    ``randn``/``randint``/``uniform_philox``, the torch executor's operator of one of them (:data:`_TORCH_DRAWS`) or
+    thunder's automatic registration of a random torch function (:data:`_AUTO_REGISTERED_DRAWS`)."""
+    tags = bsym.sym.tags
+    if (tags and prims.OpTags.RANDOM_OP in tags) or prims.OpTags.RANDOM_OP in bsym.tags:
+        return True
+    if bsym.sym.id in _UNTAGGED_DRAWS or (tags and prims.OpTags.AUTO_REGISTERED in tags
+                                          and bsym.sym.id in _AUTO_REGISTERED_DRAWS):
+        return True
+    if bsym.sym.executor is torchex.ex and bsym.sym.name in _TORCH_DRAWS:
+        return True
+    return any(draws(sub) for sub in bsym.subsymbols)
+
+
+def draws_kept(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``dce`` keeps a bound symbol only when its result is used or it is tagged ``DONT_DCE``: a random op
+    whose result is unused (``torch.rand(3)``, a dropout whose output is discarded) was dropped, so every later draw
+    (the next dropout's mask) took other numbers than eager's. In ``discover()`` compilations, ``dce`` (and its
+    no-op subsymbol pruning) asks for ``DONT_DCE`` through this: a bound symbol that :func:`draws` is kept too."""
+    dont_dce = {prims.OpTags.DONT_DCE}
+
+    def replacement(bsym: BoundSymbol, tags: set) -> bool:
+        if original(bsym, tags):
+            return True
+        return tags == dont_dce and active() and draws(bsym)
+
+    return replacement
+
+
+def draws_in_forward(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's ``split_into_forward_and_backward`` puts into the forward only what the forward's outputs need, so
+    a draw whose result only the backward reads (random_ops' ``eager_random_dropout_forward`` of a discarded dropout:
+    its saved generator state) or that nothing reads ran in the backward, after every later draw of the forward:
+    eager's stream shifted. The draws of the forward (:func:`draws`, before the first cotangent) are kept in the
+    forward: thunder's split runs with their outputs named among ``flat_args`` (what it treats as available in the
+    forward, so the bound symbols producing them stay there and what the backward reads of them is saved), and the
+    forward's return gets its own ``flat_args`` back."""
+
+    def replacement(joint: TraceCtx) -> Any:
+        if not active():
+            return original(joint)
+        returned = joint.bound_symbols[-1]
+        results = returned.args[0]
+        outputs: list = []
+        for bsym in joint.bound_symbols[:-1]:
+            if bsym.sym.id == prims.PrimIDs.GET_GRAD:
+                break
+            if draws(bsym):
+                outputs.extend(bsym.flat_proxy_outs)
+        if not outputs or not isinstance(results, dict) or "flat_args" not in results:
+            return original(joint)
+        flat_args = results["flat_args"]
+        widened = from_trace(joint)
+        widened.bound_symbols = [
+            *joint.bound_symbols[:-1],
+            returned.from_bsym(args=({**results, "flat_args": type(flat_args)((*flat_args, *outputs))},
+                                     *returned.args[1:])),
+        ]
+        forward, backward = original(widened)
+        forward_return = forward.bound_symbols[-1]
+        forward.bound_symbols[-1] = forward_return.from_bsym(
+            args=({**forward_return.args[0], "flat_args": flat_args}, *forward_return.args[1:]))
+        return forward, backward
 
     return replacement
 

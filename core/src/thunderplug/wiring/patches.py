@@ -614,6 +614,23 @@ PATCHES: tuple[Patch, ...] = (
         saves="0.04 s of a float8 GPT's first call (docs/benchmarks.md, issue 26's targets; commit 4992de7)",
     ),
     Patch(
+        "random draws kept by dce", transform_common, "has_tags",
+        lambda original: fixes.draws_kept(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: `dce` dropped a random op whose result is unused (`torch.rand(3)`, a dropout whose output is "
+        "discarded, under grad or not), so every later draw (the next dropout's mask) took other numbers than "
+        "eager's; a bound symbol that draws (tagged `RANDOM_OP` at any depth, or thunder's `randn`/`uniform_philox`) "
+        "counts as `DONT_DCE` in `dce` and its subsymbol pruning.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "random draws stay in the forward", autodiff, "split_into_forward_and_backward",
+        lambda original: fixes.draws_in_forward(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the forward keeps only what its outputs need, so a draw whose result only the backward reads "
+        "(the saved generator state of a discarded dropout) or nothing reads ran in the backward, after the "
+        "forward's later draws: eager's stream shifted. The forward's draws stay in the forward.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "dce subsymbol pruning", transform_common, "_remove_noop_subsymbols",
         lambda original: speedups.remove_noop_subsymbols(
             original, lambda: active_core_executor() is not None, aten.is_registered_symbol

@@ -50,8 +50,9 @@ from thunderplug.thunder_compat import torch_to_thunder_function_map
 from thunderplug.tracing.aten import DataDependentShapeError, user_location
 from thunderplug.tracing.fake import to_torch_value
 
-#: the tags of the operators that draw: kept where their result is unused (eager draws, and later draws depend on it)
-DRAWS = [prims.OpTags.DONT_DCE]
+#: the tags of the operators that draw: kept where their result is unused (eager draws, and later draws depend on it),
+#: in the forward where only the backward reads it, never recomputed (``RANDOM_OP``: rematerialization leaves them)
+DRAWS = [prims.OpTags.DONT_DCE, prims.OpTags.RANDOM_OP]
 
 #: thunder's automatic registrations of random torch functions (their backward runs the function again)
 _REGISTERED = (
@@ -313,6 +314,10 @@ def _bernoulli(a: torch.Tensor, *args: Any) -> torch.Tensor:
     return torch.bernoulli(a, *args)
 
 
+def _multinomial_meta(a: TensorProxy, num_samples: int, replacement: bool) -> TensorProxy:
+    return TensorProxy(like=a, shape=(*a.shape[:-1], num_samples), dtype=dtypes.int64, requires_grad=False)
+
+
 def _randperm(n: int, dtype: Any, device: Any) -> torch.Tensor:
     return torch.randperm(n, dtype=dtypes.to_torch_dtype(dtype), device=devices.to_torch_device(device))
 
@@ -372,8 +377,19 @@ def register_samplers(executor: OperatorExecutor) -> None:
 
     executor._lookasides[torch.randperm] = randperm
 
-    for function, symbol in ((torch.randn, ltorch.randn), (torch.rand, ltorch.rand), (torch.randint, ltorch.randint),
-                             (torch.multinomial, ltorch.multinomial), (torch.Tensor.multinomial, ltorch.multinomial)):
+    multinomial_op = _register_sampler(executor, "multinomial", torch.multinomial, _multinomial_meta)
+
+    def multinomial(a: Any, num_samples: Any, replacement: bool = False, *, generator: Any = None,
+                    out: Any = None) -> Any:
+        _break_at_generator("torch.multinomial", generator)
+        if out is not None or not _plain((a,), {}):
+            return ltorch.multinomial(a, num_samples, replacement, out=out)
+        return multinomial_op(a, int(num_samples), bool(replacement))  # integer indices: no gradient in eager
+
+    for function in (torch.multinomial, torch.Tensor.multinomial, ltorch.multinomial):
+        executor._lookasides[function] = multinomial
+
+    for function, symbol in ((torch.randn, ltorch.randn), (torch.rand, ltorch.rand), (torch.randint, ltorch.randint)):
         def generating(*args: Any, _symbol: Any = symbol, _name: str = function.__name__, generator: Any = None,
                        **kwargs: Any) -> Any:
             _break_at_generator(f"torch.{_name}", generator)
