@@ -8,7 +8,8 @@ previous step's ``(h, c)`` of ``torch.lstm_cell``), so the earlier steps got non
 ``parametrizations.spectral_norm`` (its power method's ``F.normalize(..., out=u)``, ``W.H`` and
 ``u.clone(memory_format=torch.contiguous_format)`` were refused; its ``_u``/``_v`` buffers are updated in place in
 training as in eager) and ``parametrizations.orthogonal`` (``X.mH``: "'ParametrizedLinear' object has no attribute
-'weight'", the AttributeError of the property hiding thunder's "Unknown attribute mH").
+'weight'", the AttributeError of the property hiding thunder's "Unknown attribute mH"; with the Cayley map
+``torch.eye``, which thunder lacks).
 
 ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (layered, bidirectional, projected, inter-layer dropout, a given initial state,
 unbatched): tracing failed ("KeyError: None while tracing LSTM(...)", ``weakref.ref`` of proxies in
@@ -146,7 +147,6 @@ PROGRAMS = {
 KNOWN: dict[str, str] = {
     "orthogonal-householder": "drift: the weight's gradient 1.5e-08 off in step 0 (5 of 24 elements); the "
                               "forward and the Householder ops alone are bit-identical, cause not found",
-    "orthogonal-cayley-no-trivialization": "loud: torch.eye is not supported by thunder 0.2.6",
 }
 
 
@@ -261,3 +261,17 @@ def test_adjoint_properties(attr: str) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     with pytest.raises(Exception, match=f"tensor.{attr} is only supported on matrices"):
         thunder.jit(lambda v: getattr(v, attr), executors=thunderplug.discover())(torch.randn(3))
+
+
+def test_eye() -> None:
+    """``torch.eye`` (thunder has none) as eager's: square, rectangular, in the default, a float and an integer
+    and bool dtype, used with a tensor requiring grad."""
+    x = torch.randn(3, 3, requires_grad=True)
+
+    def f(x):
+        return (x + torch.eye(3), torch.eye(2, 4, dtype=torch.float64), torch.eye(3, dtype=torch.int64),
+                torch.eye(1, 2, dtype=torch.bool))
+
+    for a, b in zip(thunder.jit(f, executors=thunderplug.discover())(x), f(x)):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

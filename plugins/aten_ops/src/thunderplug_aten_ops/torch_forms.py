@@ -8,7 +8,8 @@ docs/known-issues.md).
 registration runs ``F.unfold``'s fake kernel) and ``torch._weight_norm`` (``nn.utils.parametrizations.weight_norm``
 and ``nn.utils.weight_norm`` call it: ``not yet supported``) and ``F.embedding``/``nn.Embedding`` with ``max_norm``
 (``NotImplementedError``), and ``clone(memory_format=torch.contiguous_format)`` (``only preserve_format is currently
-supported``; ``parametrizations.spectral_norm`` clones its ``u``/``v`` so): a clone made contiguous. For
+supported``; ``parametrizations.spectral_norm`` clones its ``u``/``v`` so): a clone made contiguous; ``torch.eye``
+(not supported): :func:`_eye`. For
 ``embedding``'s ``max_norm`` the rows read are renormalized in place under no_grad by eager's ``embedding_renorm_``
 (the operator ``eager_embedding_renorm``, the identity for gradients, as eager's), then looked up by thunder's
 embedding.
@@ -156,6 +157,8 @@ def register(executor: OperatorExecutor) -> None:
 
     for function in (torch.clone, torch.Tensor.clone, ltorch.clone):
         executor._lookasides[function] = clone
+    executor._lookasides[torch.eye] = _eye
+
     for function, symbol, lookaside in (
             (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
             (torch.nan_to_num, ltorch.nan_to_num, nan_to_num), (torch.Tensor.unfold, ltorch.unfold, unfold_)):
@@ -164,3 +167,17 @@ def register(executor: OperatorExecutor) -> None:
         method = getattr(torch.Tensor, function.__name__, None)
         if method is not None:
             executor._lookasides[method] = lookaside
+
+
+def _eye(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, layout: Any = None, device: Any = None,
+         pin_memory: bool = False, requires_grad: bool = False) -> Any:
+    """``torch.eye`` (thunder 0.2.6 has none: ``not yet supported``; ``parametrizations.orthogonal``'s Cayley map):
+    the comparison of a column of row indices with a row of column indices, in eager's dtype; other layouts, pinned
+    memory and ``requires_grad`` stay refused."""
+    if layout not in (None, torch.strided) or pin_memory or requires_grad:
+        raise NotImplementedError("torch.eye: only strided tensors without pin_memory or requires_grad are supported "
+                                  "under discover()")
+    m = n if m is None else m
+    rows = ltorch.unsqueeze(ltorch.arange(n, device=device), 1)
+    return ltorch.to(ltorch.eq(rows, ltorch.unsqueeze(ltorch.arange(m, device=device), 0)),
+                     dtype if dtype is not None else torch.get_default_dtype())
