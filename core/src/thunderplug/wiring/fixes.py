@@ -1239,20 +1239,22 @@ _TORCH_DRAWS = frozenset({"uniform", "randn", "randint", "ops.rngprims.philox_ra
 }
 
 
-def draws(bsym: BoundSymbol) -> bool:
+def draws(bsym: BoundSymbol, tags: frozenset = frozenset({prims.OpTags.RANDOM_OP})) -> bool:
     """Whether ``bsym`` draws random numbers: it or a subsymbol at any depth is tagged ``RANDOM_OP`` (thunder's
     ``uniform``, ``multinomial``, ``get_and_update_rng_state``; executors' operators that draw) or is thunder's
     ``randn``/``randint``/``uniform_philox``, the torch executor's operator of one of them (:data:`_TORCH_DRAWS`) or
-    thunder's automatic registration of a random torch function (:data:`_AUTO_REGISTERED_DRAWS`)."""
-    tags = bsym.sym.tags
-    if (tags and prims.OpTags.RANDOM_OP in tags) or prims.OpTags.RANDOM_OP in bsym.tags:
+    thunder's automatic registration of a random torch function (:data:`_AUTO_REGISTERED_DRAWS`). ``tags``: the tags
+    that count (with ``DONT_DCE`` too, one walk answers ``dce``'s question)."""
+    own = bsym.sym.tags or ()
+    if not tags.isdisjoint(own) or not tags.isdisjoint(bsym.tags):
         return True
-    if bsym.sym.id in _UNTAGGED_DRAWS or (tags and prims.OpTags.AUTO_REGISTERED in tags
-                                          and bsym.sym.id in _AUTO_REGISTERED_DRAWS):
+    if bsym.sym.id in _UNTAGGED_DRAWS:
+        return True
+    if prims.OpTags.AUTO_REGISTERED in own and bsym.sym.id in _AUTO_REGISTERED_DRAWS:
         return True
     if bsym.sym.executor is torchex.ex and bsym.sym.name in _TORCH_DRAWS:
         return True
-    return any(draws(sub) for sub in bsym.subsymbols)
+    return any(draws(sub, tags) for sub in bsym.subsymbols)
 
 
 def draws_kept(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
@@ -1261,11 +1263,12 @@ def draws_kept(original: Callable[..., Any], active: Callable[[], bool]) -> Call
     (the next dropout's mask) took other numbers than eager's. In ``discover()`` compilations, ``dce`` (and its
     no-op subsymbol pruning) asks for ``DONT_DCE`` through this: a bound symbol that :func:`draws` is kept too."""
     dont_dce = {prims.OpTags.DONT_DCE}
+    kept = frozenset({prims.OpTags.DONT_DCE, prims.OpTags.RANDOM_OP})
 
     def replacement(bsym: BoundSymbol, tags: set) -> bool:
-        if original(bsym, tags):
-            return True
-        return tags == dont_dce and active() and draws(bsym)
+        if tags == dont_dce and active():
+            return draws(bsym, kept)
+        return original(bsym, tags)
 
     return replacement
 
