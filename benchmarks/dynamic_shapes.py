@@ -17,11 +17,12 @@ static cache (transformers' DynamicCache grows every token), ``--new-tokens`` to
 Every (model, variant) runs in a fresh worker process (thunderplug's structure sharing and Dynamo's caches are
 process-wide), with an empty ``TORCHINDUCTOR_CACHE_DIR``; one run, the variants' order rotating per model. Per cell:
 the wall time of all steps (compilations included), the number of full compilations (thunder: ``thunder.cache_misses``
-summed over the regions discover() compiled, or of the jitted function where it has none; torch.compile: Dynamo's
-``unique_graphs``), re-specializations (a trace served for a new size without re-running the Python program: what
-``thunderplug.caching.dynamic_sizes`` counts, when present), and whether every step's loss (every generated token)
-equals eager's, with the largest difference. Stock thunder trains only the first ``--stock-steps`` steps (8: its
-compilations take ~10 s each here, 5 minutes for all 32 steps); its cells say so, and it gets no ratios.
+summed over the regions discover() compiled, or of the jitted function where it has none, less the misses answered by
+re-specializing a symbolic template; torch.compile: Dynamo's ``unique_graphs``), re-specializations (a trace served
+for a new size without re-running the Python program: what ``thunderplug.caching.dynamic_sizes`` counts), and
+whether every step's loss (every generated token) equals eager's, with the largest difference. Stock thunder trains
+only the first ``--stock-steps`` steps (8: its compilations take ~10 s each here, 5 minutes for all 32 steps); its
+cells say so, and it gets no ratios.
 """
 
 from __future__ import annotations
@@ -129,28 +130,37 @@ def batches(model: str, steps: int, batch: int, vocab: int, *, partial_last: boo
     return out
 
 
-def compilations(jitted) -> int:
-    """Full compilations of a ``thunder.jit`` result: its regions' cache misses summed (discover() compiles a
-    model's repeated blocks as regions, the root's own code running eagerly), else its own."""
+def _jitted_parts(jitted) -> list:
+    """The thunder.jit results whose caches a call fills: discover()'s regions (it compiles a model's repeated
+    blocks as regions, the root's own code running eagerly), else the jitted function itself."""
     import thunder
 
     from thunderplug.caching.regions import compiled_regions
 
     regions = compiled_regions(jitted) if isinstance(jitted, thunder.ThunderModule) else {}
-    if regions:
-        return sum(thunder.cache_misses(region) for region in regions.values())
-    return thunder.cache_misses(jitted)
+    return list(regions.values()) or [jitted]
 
 
-def respecializations(jitted) -> int | None:
-    """Re-specializations of cached traces for new sizes, where the symbolic-sizes mechanism counts them; ``None``
-    without it."""
-    try:
-        from thunderplug.caching import dynamic_sizes
-    except ImportError:
-        return None
-    count = getattr(dynamic_sizes, "respecializations", None)
-    return count(jitted) if callable(count) else None
+def _respecialized(part) -> int:
+    import thunder
+
+    from thunderplug.caching import dynamic_sizes
+
+    return dynamic_sizes.stats(thunder.compile_data(part))[1]
+
+
+def compilations(jitted) -> int:
+    """Full compilations of a ``thunder.jit`` result: its parts' cache misses (:func:`_jitted_parts`), less the
+    misses a re-specialized template answered (an entry made without tracing the program again)."""
+    import thunder
+
+    return sum(thunder.cache_misses(part) - _respecialized(part) for part in _jitted_parts(jitted))
+
+
+def respecializations(jitted) -> int:
+    """Re-specializations of cached traces for new sizes (``thunderplug.caching.dynamic_sizes``; 0 under stock
+    thunder.jit)."""
+    return sum(_respecialized(part) for part in _jitted_parts(jitted))
 
 
 def compiler(variant: str):

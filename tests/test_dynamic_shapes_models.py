@@ -86,18 +86,19 @@ def test_training_with_varying_lengths_equals_eager(trained):
     assert bench.compilations(jitted) >= 1
 
 
-@pytest.mark.xfail(strict=True, reason=f"issue 44: thunder 0.2.6 traces static shapes; measured {DISTINCT} full "
-                   f"compilations for {DISTINCT} distinct lengths (GPT and Llama: one per length)")
 def test_distinct_lengths_compile_at_most_three_times(trained):
+    """The first length compiles static, the second with the length symbolic (a template), the others are
+    re-specialized from it (caching.dynamic_sizes)."""
     name, jitted = trained
     assert bench.compilations(jitted) <= AT_MOST, (name, bench.compilations(jitted))
+    assert bench.compilations(jitted) + bench.respecializations(jitted) == DISTINCT, name
 
 
 @pytest.mark.skipif(not HEAVY, reason="THUNDERPLUG_DYNAMIC_HEAVY=1 runs it (~2 CPU minutes)")
 def test_benchmark_sized_gpt_with_varying_lengths_equals_eager():
     config = bench.gpt_config()
     jitted = _train_against_eager(_model("gpt", heavy=True), _varying_lengths(config.vocab, batch=config.batch))
-    assert bench.compilations(jitted) == DISTINCT
+    assert bench.compilations(jitted) <= AT_MOST
 
 
 def test_partial_last_batch_equals_eager():
@@ -151,7 +152,7 @@ def generated():
             model.forward = thunder.jit(model.forward, executors=thunderplug.discover())
         with torch.no_grad():
             results.append(model.generate(prompt, **options))
-    return results[0], results[1], thunder.cache_misses(model.forward), new_tokens
+    return results[0], results[1], bench.compilations(model.forward), new_tokens
 
 
 def test_generate_with_a_growing_cache_gives_eagers_tokens(generated):
@@ -161,7 +162,9 @@ def test_generate_with_a_growing_cache_gives_eagers_tokens(generated):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 44: one compilation per cache length (measured: 5 for 5 new tokens, "
-                   "16 for 16: the prompt, then each decoding step's new cache size)")
+                   "16 for 16: the prompt, then each decoding step's new cache size): the growing tensors are the "
+                   "DynamicCache's, which the prologue reads through attributes, and dynamic_sizes tracks the dims "
+                   "of the flat inputs only (the new token's input_ids is (1, 1), size 1: never tracked)")
 def test_generate_with_a_growing_cache_compiles_at_most_three_times(generated):
     _, _, compilations, _ = generated
     assert compilations <= AT_MOST, compilations

@@ -74,19 +74,47 @@ def _size_programs():
     def pad(x):
         return F.pad(x, (0, x.shape[1] % 3 + 1)) * 3
 
-    return [view, arange, half, flat, pad]
+    def flat_all(x):
+        return x.reshape(-1).sigmoid()
+
+    def softmax(x):
+        return x.softmax(-1) * 2
+
+    def sliced(x):
+        return x[:, 1 : x.shape[1] - 1].softmax(-1)
+
+    def tril(x):
+        return x.unsqueeze(-1) * torch.ones(x.shape[1], x.shape[1]).tril()
+
+    def full(x):
+        return x + torch.full((x.shape[0], x.shape[1]), 2.0)
+
+    def zeros(x):
+        return torch.cat([x, torch.zeros(x.shape[0], x.shape[1])], 1).cos()
+
+    def arange_from_one(x):
+        return x * torch.arange(1, x.shape[1] + 1)
+
+    return [view, arange, half, flat, pad, flat_all, softmax, sliced, tril, full, zeros, arange_from_one]
+
+
+#: programs whose length stays symbolic: the first length compiles static, the second a template, the rest are
+#: re-specialized from it
+SYMBOLIC = ("view", "arange", "half", "flat_all", "softmax", "sliced", "tril", "full", "zeros", "arange_from_one")
 
 
 def test_programs_computing_with_sizes_equal_eager_at_every_length():
-    """Every program equals eager at every length; the view is re-specialized. The others compile per
-    length today, soundly: `torch.arange` (thunder computes its length with floats) and the half slice
-    (an int() in thunder's getitem) specialize; the flat reshape's -1 and the pad's eager kernel lose
-    the symbol (a plain int in the trace), which the re-specialization's shape check refuses."""
+    """Every program equals eager at every length. Symbolic: a view with -1, `torch.arange` of a size (and from 1
+    to a size + 1), `tril` of a size-square tensor (its arange), a slice to a size (its gradient's padding), the
+    half slice, softmax (its meta reads `numel`), `full`/`zeros` of sizes, `reshape(-1)`. Still one compilation
+    per length, soundly: the flat reshape's -1 of a product of sizes (thunder's reshape records divisibility
+    guards for each length) and the pad's eager kernel, which loses the symbol (a plain int in the trace) and
+    which the re-specialization's shape check refuses."""
     counts = {}
     for program in _size_programs():
         jitted = _check_against_eager(program, [(3, 8), (3, 12), (3, 16), (3, 20), (3, 28)])
         counts[program.__name__] = _counts(jitted)
-    assert counts["view"] == (2, 3), counts
+    assert {name: counts[name] for name in SYMBOLIC} == {name: (2, 3) for name in SYMBOLIC}, counts
     assert all(full + respecialized == 5 for full, respecialized in counts.values()), counts
 
 
@@ -140,3 +168,56 @@ def test_stock_thunder_is_unchanged():
     for length in (3, 4, 5):
         jitted(torch.randn(2, length))
     assert thunder.cache_misses(jitted) == 3 and _counts(jitted) == (0, 0)
+
+
+def test_explain_shows_the_symbolic_dims_their_guards_and_why_a_call_compiled_again():
+    from thunderplug.commands.explain import dynamic_sizes_lines
+
+    jitted = thunder.jit(_branchy, executors=thunderplug.discover())
+    jitted(torch.randn(2, 16))
+    assert dynamic_sizes_lines(jitted) == []  # one size: nothing tracked yet
+    for length in (32, 48, 100):
+        jitted(torch.randn(2, length))
+    lines = dynamic_sizes_lines(jitted)
+    assert lines[0] == "symbolic sizes: 3 full compilation(s), 1 re-specialized for new sizes", lines
+    assert "  symbolic: input 0 dim 1 (every size the guards allow)" in lines, lines
+    assert "    guard: [input 0 dim 1] > 64" in lines, lines  # the newest template: the long branch
+    assert ("  last compiled again: input 0 dim 1 = 100: the trace depends on [input 0 dim 1] <= 64, which does "
+            "not hold") in lines, lines
+
+
+def test_explain_and_the_recompile_notice_say_which_dim_was_specialized_and_where(recwarn):
+    from thunderplug.commands.explain import dynamic_sizes_lines
+
+    def scaled(x):
+        return x * float(x.shape[1])
+
+    jitted = thunder.jit(scaled, executors=thunderplug.discover())
+    for length in (4, 5, 6, 7):
+        x = torch.randn(2, length)
+        torch.testing.assert_close(jitted(x), scaled(x), rtol=0, atol=0)
+    notices = [w for w in recwarn if issubclass(w.category, thunderplug.RecompileWarning)]
+    assert len(notices) == 1, [str(w.message) for w in notices]  # once per function
+    message = str(notices[0].message)
+    assert "scaled compiles again for every new size" in message and "input 0 dim 1: float()" in message, message
+    assert "test_dynamic_sizes.py" in message, message  # the user's line
+    lines = dynamic_sizes_lines(jitted)
+    assert lines[0] == "symbolic sizes: 4 full compilation(s), 0 re-specialized for new sizes", lines
+    assert any(line.startswith("  specialized: input 0 dim 1: float() (at ") for line in lines), lines
+
+
+def test_thunderplug_explain_prints_the_symbolic_sizes_of_a_script(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "varying.py").write_text(
+        "import torch, thunder, thunderplug\n"
+        "jitted = thunder.jit(lambda x: (x * 2).sum(1), executors=thunderplug.discover())\n"
+        "for n in (5, 9, 13):\n"
+        "    jitted(torch.randn(2, n))\n"
+    )
+    result = subprocess.run([sys.executable, "-m", "thunderplug", "explain", "varying.py"], capture_output=True,
+                            text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "symbolic sizes: 2 full compilation(s), 1 re-specialized for new sizes" in result.stdout, result.stdout
+    assert "  symbolic: input 0 dim 1 (every size the guards allow)" in result.stdout, result.stdout

@@ -20,6 +20,7 @@ fusion region (its compiled callable was made for one shape) is never re-special
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,6 +32,8 @@ import torch
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.utils._pytree import tree_flatten
 
+from thunderplug.plugin_api.notices import RecompileWarning, warn_once
+from thunderplug.thunder_compat import interpret_call
 from thunderplug.tracing.aten import user_location
 
 
@@ -163,6 +166,42 @@ class SizeInt(int):
         return self if ndigits is None else round(self.specialize("round()"), ndigits)
 
 
+class NumelSize(SizeInt):
+    """A tracked proxy's ``numel``: thunder answers ``t.numel`` with an int that can be called (``t.numel()``),
+    made by ``int.__new__``, which would specialize a SizeInt; this one stays symbolic."""
+
+    def __call__(self) -> SizeInt:
+        return self
+
+
+def tracked_numel(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's ``TensorProxy.__getattr__``: ``numel`` of a proxy whose element count is a SizeInt is a
+    :class:`NumelSize` (metas read it: softmax's ``a.numel == 0``); every other attribute is thunder's."""
+
+    def __getattr__(self: Any, attr: str, /) -> Any:  # noqa: N807 - the method it replaces
+        if attr == "numel":
+            numel = _numel_size(self)
+            if numel is not None:
+                return numel
+        return original(self, attr)
+
+    _REPLACED_GETATTRS[__getattr__] = original
+    return __getattr__
+
+
+#: :func:`tracked_numel`'s replacements, each with thunder's ``__getattr__`` it wraps: thunder's interpreter, which
+#: interprets ``__getattr__`` for the user's attribute reads, is given thunder's own instead (its lookasides, its
+#: trace: a program's attribute reads trace as they did)
+_REPLACED_GETATTRS: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def _numel_size(proxy: Any) -> NumelSize | None:
+    """The proxy's element count as a :class:`NumelSize` where it is a SizeInt (run opaquely by thunder's
+    interpreter, which interprets ``__getattr__`` for the user's ``t.numel()``)."""
+    numel = proxy.__dict__.get("_numel")
+    return NumelSize(numel.sym, numel.state) if type(numel) is SizeInt else None
+
+
 def _operand(other: Any) -> Any:
     """``other`` as a SymInt operand: a SizeInt's SymInt, an int (bools too); ``None`` for anything else."""
     if isinstance(other, SizeInt):
@@ -222,10 +261,11 @@ for _name in ("__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__and__", "
     setattr(SizeInt, _name, _arithmetic(_name, False))
 del _name
 
-#: SizeInt's methods, which thunder's interpreter must call rather than interpret (they run sympy)
+#: SizeInt's methods (and the making of a NumelSize), which thunder's interpreter must call rather than interpret
+#: (they run sympy)
 METHODS = tuple(
     value for name, value in vars(SizeInt).items() if callable(value) and name.startswith("__") and name != "__new__"
-)
+) + (NumelSize.__call__, _numel_size)
 
 
 def specialized_range(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -235,6 +275,66 @@ def specialized_range(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(*(a.specialize("range()") if isinstance(a, SizeInt) else a for a in args))
 
     return call
+
+
+def symbolic_arange(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's ``clang.arange`` (under ``torch.arange``, ``tril``/``triu``, SDPA's causal mask): where an
+    integer bound is a SizeInt, its length is computed with integer arithmetic, which stays symbolic
+    (thunder's ``math.isfinite`` and ``math.ceil((stop - start) / step)`` specialize); the checks of
+    progress record guards. The ops are thunder's: an ``iota``, for a floating dtype one of ``int64``
+    scaled and converted, as in the original."""
+    from thunder.core import devices, dtypes, prims
+    from thunder.core import utils as thunder_utils
+    from thunder.core.langctxs import Languages, langctx
+
+    @langctx(Languages.CLANG)
+    def arange(*, start: Any, step: Any, stop: Any, device: Any, dtype: Any = None) -> Any:
+        bounds = (start, step, stop)
+        if not any(isinstance(v, SizeInt) for v in bounds) or not all(type(v) is int or isinstance(v, SizeInt)
+                                                                      for v in bounds):
+            return original(start=start, step=step, stop=stop, device=device, dtype=dtype)
+        thunder_utils.check(
+            (start == stop) or (step < 0 and stop < start) or (step > 0 and stop > start),
+            lambda: f"step={step} must make progress from start={start} to stop={stop}",
+        )
+        device = devices.Device(device) if isinstance(device, str) else device
+        dtype = dtypes.int64 if dtype is None else dtype
+        length = (stop - start + step - 1) // step if step > 0 else (start - stop - step - 1) // -step
+        if thunder_utils.is_exact_dtype(dtype):
+            return prims.iota(length, start=start, step=step, device=device, dtype=dtype)
+        from thunder.clang import maybe_convert_to_dtype
+
+        index = prims.iota(length, start=0, step=1, dtype=dtypes.int64, device=device)
+        return maybe_convert_to_dtype(start + index * step, dtype)
+
+    return arange
+
+
+def symbolic_slice_grad(original: Callable[..., Any]) -> Callable[..., Any]:
+    """thunder's grad rule of the ``slice_prim`` (``x[..., :n]``, transformers' causal-mask slice): it computes
+    the gradient's padding with NumPy, which turns a SizeInt into a plain int (a specialization). Where the
+    sliced tensor's shape or the bounds are tracked, the same padding is computed with Python arithmetic,
+    which stays symbolic; the ops are thunder's (the slice, then a pad of its gradient)."""
+    from thunder.core import prims
+    from thunder.core.langctxs import Languages, langctx
+    from thunder.core.prims import get_grad, put_grad
+    from thunder.core.utils import const_as
+
+    @langctx(Languages.TORCH)
+    def grad(a: Any, start_indices: Any, end_indices: Any, strides: Any = None) -> Any:
+        if not (tracked(a) or tracked(start_indices) or tracked(end_indices)):
+            return original(a, start_indices, end_indices, strides)
+        fwd = prims.slice_prim(a, start_indices, end_indices, strides)
+        g = get_grad(fwd)
+        if strides is None or all(s == 1 for s in strides):
+            padding = tuple((lo, n - hi, 0) for lo, n, hi in zip(start_indices, a.shape, end_indices))
+        else:
+            limits = [lo + (0 if m == 0 else 1 + (m - 1) * s) for lo, m, s in zip(start_indices, g.shape, strides)]
+            padding = tuple((lo, n - hi, s - 1) for lo, n, hi, s in zip(start_indices, a.shape, limits, strides))
+        put_grad(a, prims.pad(g, const_as(0, g.dtype), padding))
+        return fwd
+
+    return grad
 
 
 # -- which dimensions are tracked --------------------------------------------------------------------
@@ -249,6 +349,7 @@ class _Function:
     full: int = 0
     respecialized: int = 0
     last_reason: str = ""  # why the last full compilation was not answered by a template
+    last_state: Symbolic | None = None  # the last tracked compilation's symbols, guards and specializations
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -566,6 +667,56 @@ def function_state(compile_data: Any) -> _Function:
     return _function(compile_data)
 
 
+@dataclass(frozen=True)
+class SizesSummary:
+    """What ``thunderplug explain`` shows of a jitted function's symbolic sizes."""
+
+    full: int  # full compilations
+    respecialized: int  # entries made from a template for new sizes
+    symbolic: tuple[str, ...]  # the input dims the newest template serves every size of ("input 0 dim 1")
+    guards: tuple[str, ...]  # the relations its trace depends on, each dim written as above
+    specialized: tuple[str, ...]  # tracked dims the last tracked compilation had to specialize, and why
+    last_reason: str  # why the last call compiled in full
+
+
+def summary(compile_data: Any) -> SizesSummary | None:
+    """The function's symbolic sizes (``None`` when none of its dims was ever tracked)."""
+    function = _function(compile_data)
+    state = function.last_state
+    if state is None and not function.templates:
+        return None
+    template = function.templates[-1].state if function.templates else None
+    symbolic: tuple[str, ...] = ()
+    guards: list[str] = []
+    if template is not None:
+        names = template.symbol_names()
+        symbolic = tuple(n for s, n in names.items() if s not in template.specialized)
+        checks = [(g.expr, True) for g in template.env.guards] + template.guards
+        for expr, expected in checks:
+            text = _named(expr if expected else sympy.Not(expr), names)
+            if text not in guards and expr not in (sympy.true, sympy.false):
+                guards.append(text)
+    specialized: tuple[str, ...] = ()
+    if state is not None:
+        names = state.symbol_names()
+        specialized = tuple(f"{names[s]}: {why}" for s, why in state.specialized.items())
+    return SizesSummary(function.full, function.respecialized, symbolic, tuple(guards), specialized,
+                        function.last_reason)
+
+
+def _notice(compile_data: Any, function: _Function, refused: str) -> None:
+    """The recompile notice: once per function, where a tracked dimension cannot be served symbolically (each
+    new size compiles in full), naming the dims and why."""
+    name = getattr(getattr(compile_data, "fn", None), "__qualname__", None) or "the jitted function"
+    warn_once(
+        ("dynamic sizes", id(compile_data)),
+        f"thunderplug: {name} compiles again for every new size: {refused}. Each new size is a full "
+        "compilation (correct, only slow); `thunderplug explain` shows the symbolic dimensions and why a call "
+        "compiled again (docs/dynamic_shapes.md).",
+        RecompileWarning, stacklevel=4,
+    )
+
+
 # -- the wiring: thunder's cache lookup and tracing --------------------------------------------------
 
 
@@ -615,7 +766,9 @@ def symbolic_calls(original: Callable[..., Any], uses_thunderplug: Callable[[Any
                 if record.state is not None and stats.cache_misses != misses and not record.respecialized:
                     refused = keep(compile_data, record.state, stats.interpreter_cache[-1])
                     if refused:
-                        _function(compile_data).last_reason += f"; no template kept: {refused}"
+                        function = _function(compile_data)
+                        function.last_reason += f"; no template kept: {refused}"
+                        _notice(compile_data, function, refused)
 
         return call
 
@@ -660,6 +813,9 @@ def general_jit(original: Callable[..., Any]) -> Callable[..., Any]:
             if state is None:
                 function.full += 1
                 return original(fn, args, kwargs, **options)
+            function.last_state = state
+            if not reasons:
+                function.last_reason = "traced with " + ", ".join(state.symbol_names().values()) + " symbolic"
             state.interpreting = True
             try:
                 return original(fn, args, kwargs, **options)
@@ -732,8 +888,12 @@ def opaque_size_methods(original: Callable[..., Any]) -> Callable[..., Any]:
     def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             found = opaque.get(fn)
+            thunders = _REPLACED_GETATTRS.get(fn)
         except TypeError:  # unhashable
-            found = None
+            found = thunders = None
+        if thunders is not None:
+            found = original(thunders, *args, **kwargs)
+            return found if found is not None else functools.partial(interpret_call, thunders)
         return found if found is not None else original(fn, *args, **kwargs)
 
     return replacement

@@ -186,7 +186,7 @@ def _index_of(name: str | None) -> int | None:
 
 def _explain_one(fn: Any, share: Any, names: dict[str, str], args: argparse.Namespace) -> None:
     """The summary of one compiled function or region (with its sharing line when ``share``)."""
-    from thunderplug.commands.explain import explain, format_rows, format_summary
+    from thunderplug.commands.explain import dynamic_sizes_lines, explain, format_rows, format_summary
     from thunderplug.tracing.compilation import record_of
 
     if share is not None:
@@ -200,6 +200,9 @@ def _explain_one(fn: Any, share: Any, names: dict[str, str], args: argparse.Name
             f"graph broken at{record.graph_break} (a data-dependent output shape): {len(record.graph_parts)} "
             "graph(s) compiled by thunder.jit, the op and the code between them run eagerly"
         )
+    sizes = dynamic_sizes_lines(fn)
+    if sizes:
+        print("\n".join(sizes))
     rows = _rows(explain, fn)
     print(format_summary(rows) if rows else "(nothing to explain: see the error above)")
     notes = _notes(fn, rows, every_claim=args.all)

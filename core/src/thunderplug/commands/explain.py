@@ -11,6 +11,8 @@ compilation (``thunderplug.caching.reuse``: blocks of one structure compile once
 compilation's record; :func:`sharing` says whose it is and how many modules run it. A module
 compiled as regions (``thunderplug.caching.regions``) is explained by its regions' rows, in tree order, and a
 function broken at a data-dependent op (``thunderplug.wiring.graph_breaks``) by its graphs' rows.
+:func:`dynamic_sizes_lines` says which input dimensions a compilation serves symbolically (every size its
+guards allow, ``thunderplug.caching.dynamic_sizes``) and why its last call compiled again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.caching.regions import compiled_regions
 from thunderplug.caching.reuse import SharedCompilation, shared_compilation_of
 from thunderplug.plugin_api.specs import Stage, priority_ahead_of
@@ -320,3 +323,25 @@ def format_rows(rows: list[Row]) -> str:
         lines.append(f"{row.trace:<9} {row.stage:<16} {row.executor:<{width}} {row.op}")
         lines += [f"{'':<9} {'':<16}   declined by {reason}" for reason in row.declined]
     return "\n".join(lines)
+
+
+def dynamic_sizes_lines(jitted: Any) -> list[str]:
+    """Lines on the symbolic input dimensions of a ``thunder.jit`` function or region: compilations and
+    re-specializations, the dims served symbolically with the relations guarded, the dims that had to be
+    specialized and why, and why the last call compiled in full. Empty when no dim was ever tracked."""
+    import thunder
+
+    try:
+        found = dynamic_sizes.summary(thunder.compile_data(jitted))
+    except Exception:  # noqa: BLE001 - not a thunder.jit function
+        return []
+    if found is None:
+        return []
+    lines = [f"symbolic sizes: {found.full} full compilation(s), {found.respecialized} re-specialized for new sizes"]
+    if found.symbolic:
+        lines.append("  symbolic: " + ", ".join(found.symbolic) + " (every size the guards allow)")
+        lines += [f"    guard: {guard}" for guard in found.guards]
+    lines += [f"  specialized: {why}" for why in found.specialized]
+    if found.last_reason:
+        lines.append(f"  last compiled again: {found.last_reason}")
+    return lines

@@ -25,6 +25,7 @@ from thunder.core import codeutils, interpreter, jit_ext, proxies, transform_com
 from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
 from thunder.core.module import ThunderModule
+from thunder.core.prims import PrimIDs
 from thunder.core.proxies import NumberProxy, TensorProxy, TorchAutogradFunctionCtxProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.transforms import backward_impls
@@ -56,6 +57,7 @@ from thunderplug.thunder_compat import (
     default_lookaside_map,
     default_opcode_handler_map,
     general_jit_lookaside_map,
+    grad_fn_map,
     interpret_call,
     printable_value_types,
     runs_called_function_itself,
@@ -504,11 +506,42 @@ PATCHES: tuple[Patch, ...] = (
         features=("caching.dynamic_sizes",),
     ),
     Patch(
+        "SizeInt numel printed as its value", printable_value_types(), dynamic_sizes.NumelSize,
+        lambda original: int.__repr__, "discover() compilations",
+        "as \"SizeInt printed as its value\", for the element count `t.numel` of a tracked proxy.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "numel of a tracked proxy", TensorProxy, "__getattr__", dynamic_sizes.tracked_numel,
+        "discover() compilations",
+        "thunder answers `t.numel` with `_Numel(t._numel)`, an int made by `int.__new__`, which calls a SizeInt's "
+        "`__int__` and so specializes every tracked size of the tensor (softmax's meta reads `a.numel == 0`): a "
+        "proxy whose element count is a SizeInt answers a `NumelSize` (symbolic, callable as `t.numel()`). Every "
+        "other attribute is thunder's `__getattr__` (whose interpreter lookaside stays keyed by it).",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "symbolic slice gradient", grad_fn_map(), PrimIDs.SLICE, dynamic_sizes.symbolic_slice_grad,
+        "discover() compilations",
+        "thunder's grad rule of `slice_prim` computes the gradient's padding with NumPy (`np.subtract(a.shape, "
+        "end_indices)`, then `int`), which specializes a tracked size (transformers' causal mask sliced to the "
+        "key length): with a tracked shape or bound the same padding is computed with Python arithmetic.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
         "range lookaside", _LOOKASIDES, range,
         lambda original: interpreter.interpreter_needs_wrap(dynamic_sizes.specialized_range(range)),
         "discover() compilations",
         "`range()` reads an int subclass's value in C, without a method a SizeInt could record a guard in: its "
         "SizeInt arguments specialize (the trace is static in them), as `int()` does.",
+        features=("caching.dynamic_sizes",),
+    ),
+    Patch(
+        "symbolic arange length", clang, "arange", dynamic_sizes.symbolic_arange, "discover() compilations",
+        "thunder's `arange` computes its length as `math.ceil((stop - start) / step)` after `math.isfinite` "
+        "checks, which specialize a SizeInt bound (`torch.arange(x.shape[1])`, the causal mask of "
+        "`scaled_dot_product_attention(is_causal=True)` through `tril`): with integer bounds one of them a "
+        "SizeInt, the length is computed with integer floor division and stays symbolic; otherwise thunder's.",
         features=("caching.dynamic_sizes",),
     ),
     Patch(
@@ -1183,6 +1216,7 @@ _TABLE_NAMES = {
     id(torchex.ex.implmap): "thunder.executors.torchex.ex.implmap",
     id(torch_property_map()): "thunder.torch.langctx._property_name_to_fn_map",
     id(printable_value_types()): "thunder.core.baseutils._printable_value_types",
+    id(grad_fn_map()): "thunder.core.transforms._grad_fn_map",
 }
 
 
