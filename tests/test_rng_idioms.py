@@ -11,9 +11,10 @@ and ``exponential_`` drawing other numbers than eager's (thunder's ``-log(unifor
 
 An explicit ``generator=`` (made in forward, a module attribute, an argument; thunder refuses ``torch.randn(...,
 generator=g)`` & co.: a trace cannot hold a generator object) breaks the graph at the call, which Dynamo runs with
-the user's generator: eager's numbers and generator states. Refused by name and line: a sampler applied to a tensor
-computed from one that requires grad (eager gives it a zero gradient, which thunder's autodiff drops); a leaf
-requiring grad gets eager's in-place error.
+the user's generator: eager's numbers and generator states. ``torch.bernoulli`` of probabilities requiring grad gets
+eager's zero gradient. Refused by name and line: an in-place sampler applied to a tensor computed from one that
+requires grad (eager gives it a zero gradient, which thunder's autodiff drops) and ``bernoulli`` with a number ``p``
+of one (eager's backward raises); a leaf requiring grad gets eager's in-place error.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ PROGRAMS = {
     "torch.bernoulli bfloat16": lambda: _Apply(
         lambda h: h * torch.bernoulli(torch.full(h.shape, 0.1, dtype=torch.bfloat16))),
     "Tensor.bernoulli": lambda: _Apply(lambda h: h * h.detach().sigmoid().bernoulli()),
+    # eager's zero gradient through the probabilities: the result requires grad, the layer gets zeros (AdamW decays)
+    "torch.bernoulli of probabilities requiring grad": lambda: _Apply(lambda h: torch.bernoulli(h.sigmoid()) * h),
+    "Tensor.bernoulli only": lambda: _Apply(lambda h: h.sigmoid().bernoulli()),
     "normal_": lambda: _Apply(lambda h: h + torch.empty_like(h).normal_(0, 2)),
     "uniform_": lambda: _Apply(lambda h: h * torch.empty_like(h).uniform_(-1, 1)),
     "exponential_": lambda: _Apply(lambda h: h * torch.empty_like(h).exponential_(2.0)),
@@ -192,10 +196,10 @@ def test_a_generator_argument_draws_as_eager():
 REFUSED = {
     "bernoulli_ of a tensor requiring grad": (
         lambda h: h.bernoulli_(0.5) + h, r"Tensor.bernoulli_ of a tensor that requires grad \(at .*test_rng_idioms"),
+    "Tensor.bernoulli(p) of a tensor requiring grad": (  # eager: 'derivative for aten::bernoulli is not implemented'
+        lambda h: h.sigmoid().bernoulli(0.3), r"torch.bernoulli of a tensor that requires grad \(at .*test_rng_idioms"),
     "normal_ of a tensor requiring grad": (
         lambda h: (h * 2).normal_() + h, r"Tensor.normal_ of a tensor that requires grad \(at .*test_rng_idioms"),
-    "torch.bernoulli of probabilities requiring grad": (
-        lambda h: torch.bernoulli(h.sigmoid()) * h, r"torch.bernoulli of a tensor that requires grad \(at .*test_rng"),
 }
 
 

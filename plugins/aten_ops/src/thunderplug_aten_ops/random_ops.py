@@ -25,8 +25,10 @@ the torch function itself, at its place in the trace, so that it draws what eage
 in-place sampler fills a fresh tensor like its target, which thunder's ``copy_`` then updates (a buffer, a view of
 one, a fresh tensor). An explicit ``generator=`` (of these and of ``torch.randn``/``rand``/``randint``/
 ``multinomial``, which thunder refuses) cannot be a trace value: the graph breaks at the call, so Dynamo runs it with
-the user's generator (:func:`_break_at_generator`). Refused by name and line: a sampler of a tensor computed under
-grad from one requiring grad (eager's zero gradient through it, which thunder's autodiff drops).
+the user's generator (:func:`_break_at_generator`). ``torch.bernoulli(p)`` of probabilities requiring grad gets
+eager's zero gradient (its own grad rule). Refused by name and line: an in-place sampler of a tensor computed under
+grad from one requiring grad (eager's zero gradient through it, which thunder's in-place handling drops) and
+``bernoulli(a, p)`` with a number ``p`` of such a tensor (eager's backward raises: no derivative).
 """
 
 from __future__ import annotations
@@ -348,13 +350,24 @@ def register_samplers(executor: OperatorExecutor) -> None:
         if symbol is not None:
             executor._lookasides[symbol] = inplace
 
-    bernoulli_op = _register_sampler(executor, "bernoulli", _bernoulli, _sample_meta)
+    bernoulli_op = executor.register_operator("eager_random_bernoulli", meta=_sample_meta, fn=_bernoulli, tags=DRAWS)
+
+    def bernoulli_grad(a: Any, *args: Any) -> Any:
+        """eager's ``BernoulliBackward0``: a zero gradient to the probabilities (so the result of probabilities
+        requiring grad requires grad, and the tensors before it get zeros, not ``None``). With a number ``p``
+        eager has no derivative: the lookaside refuses that under grad."""
+        out = bernoulli_op(a, *args)
+        put_grad(a, ltorch.zeros_like(get_grad(out)))
+        return out
+
+    executor.register_implementation(bernoulli_op, execution_transform=bernoulli_op, grad_transform=bernoulli_grad)
 
     def bernoulli(a: Any, *args: Any, generator: Any = None, out: Any = None) -> Any:
         if not _plain((a, *args), {}):  # a tensor subclass: thunder's symbol, which the subclass core unrolls
             return ltorch.bernoulli(a, *args, generator=generator)
         _break_at_generator("torch.bernoulli", generator)
-        _refuse_grad("torch.bernoulli", a, inputs=True)
+        if args:  # bernoulli(a, p): eager's backward raises (no derivative of aten::bernoulli.p)
+            _refuse_grad("torch.bernoulli", a, inputs=True)
         if out is not None:
             return ltorch.copy_(out, bernoulli_op(a, *args))
         return bernoulli_op(a, *args)
