@@ -26,8 +26,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
 XFAIL: dict[str, str] = {
-    "control_flow/tolist-split-sizes":
-        "loud: NotImplementedError: Exception encountered when doing automatic registration for tolist, please...",
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: DataDependentShapeError: x[mask] (indexing a tensor with a boolean mask) has a data-dependent ...",
     "vision/efficientnet-MBConv-block": "drift: max diff 3.8e-06 (step 2 grad of block.3.0.weight)",

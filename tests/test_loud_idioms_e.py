@@ -29,3 +29,58 @@ def test_two_tensor_max_trains_as_eager(method):
     """Failed on main: aten::max() Expected a value of type 'int' for argument 'dim' (the reduction's rule ran)."""
     torch.manual_seed(0)
     train_like_eager(_PairwiseMax(method), [(torch.randn(6, 5),) for _ in range(3)])
+
+
+class _ToList(nn.Module):
+    """``t.tolist()`` inside forward: as split sizes (integers: Dynamo captures them as sizes known at run time),
+    as Python floats scaling the output, and as a branch."""
+
+    def __init__(self, use: str):
+        super().__init__()
+        self.use = use
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, counts):
+        h = self.lin(x)
+        if self.use == "split":
+            return torch.stack([p.mean(0) for p in torch.split(h, counts.tolist())]).tanh()
+        if self.use == "floats":
+            scale, shift = h.detach().mean(0)[:2].tolist()
+            return (h * scale + shift).sum(-1)
+        return h.relu() if counts.tolist()[0] > 1 else h.abs()
+
+
+_COUNTS = [torch.tensor([1, 3, 2]), torch.tensor([2, 2, 2]), torch.tensor([4, 1, 1])]
+
+
+@pytest.mark.parametrize("use", ["split", "floats", "branch"])
+def test_tolist_in_forward_trains_as_eager(use):
+    """Failed on main: 'Exception encountered when doing automatic registration for tolist'. Now a graph break
+    naming the line; the counts change every step (a baked-in first call would split or branch wrongly)."""
+    from thunderplug.plugin_api.notices import ThunderplugWarning
+
+    torch.manual_seed(0)
+    with pytest.warns(ThunderplugWarning, match="Tensor.tolist"):
+        train_like_eager(_ToList(use), [(torch.randn(6, 4), counts) for counts in _COUNTS])
+
+
+def test_tolist_split_compiles_the_graphs_around():
+    """The layer before the integer ``tolist()`` and the ops after the sizes' region are thunder compilations;
+    only the region whose sizes depend on values runs as in eager."""
+    import warnings
+
+    import thunder
+
+    import thunderplug
+    from thunderplug.tracing.compilation import record_for
+
+    model = _ToList("split")
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for counts in _COUNTS:
+            x = torch.randn(6, 4)
+            torch.testing.assert_close(jitted(x, counts), model(x, counts), rtol=0, atol=0)
+    parts = record_for(thunder.compile_data(jitted)).graph_parts
+    traces = [str(thunder.last_traces(part)[-1]) for part in parts]
+    assert any("linear" in trace for trace in traces) and any("stack" in trace for trace in traces), traces

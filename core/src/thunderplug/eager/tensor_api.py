@@ -26,7 +26,8 @@ on which discover() breaks the graph (``wiring.graph_breaks``): ``x[mask]`` with
 (:func:`as_data_dependent`), and ``torch.unique``'s implementations thunder has no symbol for
 (:data:`UNSUPPORTED_DATA_DEPENDENT`, :func:`data_dependent_call`). So does a Python branch on a number read from a
 tensor (``if x.sum().item() > 0:``; :func:`unknown_number_branch`): thunder converted the number, whose value it
-does not know, to False and recorded no check, so every call took the else branch, silently.
+does not know, to False and recorded no check, so every call took the else branch, silently. And so does
+``t.tolist()`` (:func:`autograd_hook_break`), whose values Python code uses as sizes or in branches.
 """
 
 from __future__ import annotations
@@ -310,6 +311,9 @@ def requires_grad_property(
 #: tensor methods registering a hook on the autograd graph: a trace has no autograd graph to put them on
 HOOK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "retain_grad"})
 
+#: tensor methods returning the tensor's values as Python objects, which a trace does not know
+VALUE_METHODS = frozenset({"tolist"})
+
 
 #: the adjoint properties thunder's proxies lack (``Unknown attribute H``): for real tensors, transposes
 ADJOINTS = frozenset({"H", "mH"})
@@ -335,17 +339,25 @@ def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]
     :data:`HOOK_METHODS` inside a jitted function: thunder's proxies have none (``AttributeError: Unknown
     attribute register_hook``), and the hook runs during eager's backward, which a trace does not record. In
     discover() compilations it is a :class:`DataDependentShapeError` naming the line, on which the compilation
-    graph-breaks (``wiring.graph_breaks``): Dynamo registers the hook on the real tensor, eager's autograd calls it."""
+    graph-breaks (``wiring.graph_breaks``): Dynamo registers the hook on the real tensor, eager's autograd calls it.
+    So is ``t.tolist()`` (:data:`VALUE_METHODS`; thunder's automatic registration ran it on a fake tensor:
+    ``NotImplementedError: Exception encountered when doing automatic registration for tolist``): the list holds
+    the tensor's values, which Python code then uses as sizes or branches on, as after ``t.item()``."""
 
     def refuse(proxy: Any, attr: str) -> Any:
         location = user_location()
         op = f"Tensor.{attr}"
+        if attr in VALUE_METHODS:
+            raise DataDependentShapeError(
+                f"{op}{location}: the tensor's values as Python numbers; thunder 0.2.6 does not know them while "
+                "tracing. Compute them outside the jitted function and pass them in, or keep them a tensor.",
+                op=op, location=location,
+            )  # fmt: skip
         raise DataDependentShapeError(
             f"{op}{location}: an autograd hook on a tensor inside the jitted function; a thunder trace has no "
             "autograd graph to register it on. Register it outside the jitted function (on an input or a "
             "parameter), or return the tensor and hook it there.",
-            op=op, location=location, why="registers an autograd hook, which a thunder 0.2.6 trace has no graph for",
-            advice="For one trace, register it outside the jitted function (on an input or a parameter).",
+            op=op, location=location,
         )  # fmt: skip
 
     refusal = interpreter_needs_wrap(refuse)
@@ -354,7 +366,7 @@ def autograd_hook_break(original: Callable[..., Any], active: Callable[[], bool]
     def lookaside(proxy: Any, attr: Any, /, *args: Any, **kwargs: Any) -> Any:
         # the attribute name first: this runs for every method call on a proxy in the user's program
         name = unwrap(attr)
-        if name in HOOK_METHODS and active() and isinstance(unwrap(proxy), TensorProxy):
+        if (name in HOOK_METHODS or name in VALUE_METHODS) and active() and isinstance(unwrap(proxy), TensorProxy):
             return refusal(proxy, attr)
         if name in ADJOINTS and active() and _real_tensor(unwrap(proxy)):
             return transposed(proxy, attr)

@@ -12,6 +12,10 @@ the graphs run eagerly, and torch's autograd joins the graphs' gradients across 
 is the first graph's, the one that receives the function's inputs: what checks them, as thunder's own tests read
 it).
 
+A graph Dynamo captured with sizes known only at run time (``t.tolist()`` of an integer tensor: Dynamo reads each
+value as an unbacked size, e.g. for ``torch.split``) is split around the nodes using them: thunder.jit compiles the
+nodes before and after, and that region runs as in eager.
+
 Not broken, the error stands: compilations with thunder ``transforms`` (they apply to one ThunderModule), the
 graphs themselves (a data-dependent op Dynamo kept in a graph would break again forever), and a thunder symbol
 jitted itself (``thunder.jit(ltorch.where)``, as thunder's own op tests do): a symbol runs only inside a trace, so
@@ -31,6 +35,8 @@ from typing import Any
 import thunder
 import torch
 from thunder.core.symbol import Symbol
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.fx.passes.split_module import split_module
 
 from thunderplug.plugin_api.notices import ThunderplugWarning
 from thunderplug.thunder_compat import jit_options
@@ -53,9 +59,12 @@ class _Broken:
         parts = record.graph_parts
 
         def backend(graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-            compiled = jit_graph(graph, options)
-            parts.append(compiled)
-            return compiled
+            region = _data_dependent_region(graph)
+            if region is None:
+                compiled = jit_graph(graph, options)
+                parts.append(compiled)
+                return compiled
+            return _split_around(graph, region, options, parts)
 
         self.run = _compiled(compile_data.fn, backend)
         self.parts = parts
@@ -76,6 +85,41 @@ class _Broken:
 
         entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
         return entry, [args, kwargs], ()
+
+
+def _unbacked(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s value or an input's has a size or number known only at run time (an unbacked symbol:
+    ``t.tolist()`` and ``t.item()`` read as sizes, the ``torch.split`` sizes made of them, their checks)."""
+    return any(
+        free_unbacked_symbols(n.meta.get("example_value")) for n in (node, *node.all_input_nodes)
+    )
+
+
+def _data_dependent_region(graph: torch.fx.GraphModule) -> tuple[int, int] | None:
+    """The positions of the first and last node of ``graph`` that :func:`_unbacked` finds, or ``None``."""
+    found = [i for i, node in enumerate(graph.graph.nodes) if node.op == "call_function" or node.op == "call_method"
+             if _unbacked(node)]
+    return (found[0], found[-1]) if found else None
+
+
+def _split_around(graph: torch.fx.GraphModule, region: tuple[int, int], options: dict, parts: list) -> Callable:
+    """``graph`` split in three: the nodes before ``region`` and after it compiled by ``thunder.jit`` (each a
+    part of the compilation), the region itself, whose sizes depend on values (Dynamo captures ``t.tolist()`` of an
+    integer tensor as unbacked sizes, which a thunder 0.2.6 trace cannot have), run as eager runs it."""
+    positions = {node: i for i, node in enumerate(graph.graph.nodes)}
+    first, last = region
+
+    def partition(node: torch.fx.Node) -> int:
+        i = positions[node]
+        return 0 if i < first else 1 if i <= last else 2
+
+    split = split_module(graph, None, partition, keep_original_order=True)
+    for name, module in list(split.named_children()):
+        if name != "submod_1":
+            compiled = jit_graph(module, options)
+            parts.append(compiled)
+            setattr(split, name, compiled)
+    return split
 
 
 def _compiled(fn: Callable[..., Any], backend: Callable[..., Any]) -> Callable[..., Any]:

@@ -819,7 +819,9 @@ PATCHES: tuple[Patch, ...] = (
         "`t.register_hook(fn)` (`register_post_accumulate_grad_hook`, `retain_grad`) inside a jitted function failed "
         "with `AttributeError: Unknown attribute register_hook`: a trace has no autograd graph to hook. It is a "
         "`DataDependentShapeError` naming the line, at which \"graph breaks at data-dependent ops\" breaks the graph, "
-        "so the hook is registered on the real tensor and eager's backward calls it. `t.H`/`t.mH` of a real tensor "
+        "so the hook is registered on the real tensor and eager's backward calls it. So is `t.tolist()` (`Exception "
+        "encountered when doing automatic registration for tolist`): Dynamo runs it on the real tensor. "
+        "`t.H`/`t.mH` of a real tensor "
         "(`Unknown attribute H`: `parametrizations.spectral_norm`'s power method, `orthogonal`'s `X - X.mH`) are "
         "eager's transpose of the last two dimensions (eager's error for too few dimensions).",
         features=("eager.tensor_api",),
