@@ -26,7 +26,9 @@ in-place sampler fills a fresh tensor like its target, which thunder's ``copy_``
 one, a fresh tensor). An explicit ``generator=`` (of these and of ``torch.randn``/``rand``/``randint``/
 ``multinomial``, which thunder refuses) cannot be a trace value: the graph breaks at the call, so Dynamo runs it with
 the user's generator (:func:`_break_at_generator`). ``torch.bernoulli(p)`` of probabilities requiring grad gets
-eager's zero gradient (its own grad rule). Refused by name and line: an in-place sampler of a tensor computed under
+eager's zero gradient (its own grad rule). ``F.dropout(a, inplace=True)`` (thunder: ``Only inplace=False``)
+is the out-of-place rule's result written into ``a`` by ``copy_``, as eager's ``dropout_`` computes it.
+Refused by name and line: an in-place sampler of a tensor computed under
 grad from one requiring grad (eager's zero gradient through it, which thunder's in-place handling drops) and
 ``bernoulli(a, p)`` with a number ``p`` of such a tensor (eager's backward raises: no derivative).
 """
@@ -401,6 +403,19 @@ def register_samplers(executor: OperatorExecutor) -> None:
 
     for function in (torch.multinomial, torch.Tensor.multinomial, ltorch.multinomial):
         executor._lookasides[function] = multinomial
+
+    def dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        """``F.dropout(a, inplace=True)`` (``nn.Dropout(inplace=True)``; thunder: ``Only inplace=False is currently
+        supported``) is eager's ``dropout_``: the same draws and product as the out-of-place dropout (which the rule
+        above runs as eager's), written into ``a`` by thunder's ``copy_``; ``a`` itself where nothing is dropped."""
+        if not inplace or not _plain((a,), {}):
+            return ltorch.dropout(a, p, training, inplace)
+        if not training or p == 0:
+            return a
+        return ltorch.copy_(a, ltorch.dropout(a, p, training))
+
+    for function in (F.dropout, ltorch.dropout):
+        executor._lookasides[function] = dropout
 
     for function, symbol in ((torch.randn, ltorch.randn), (torch.rand, ltorch.rand), (torch.randint, ltorch.randint)):
         def generating(*args: Any, _symbol: Any = symbol, _name: str = function.__name__, generator: Any = None,
