@@ -29,8 +29,6 @@ XFAIL: dict[str, str] = {
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: DataDependentShapeError: x[mask] (indexing a tensor with a boolean mask) has a data-dependent ...",
     "vision/efficientnet-MBConv-block": "drift: max diff 3.8e-06 (step 2 grad of block.3.0.weight)",
-    "quantization/torchao-QAT-int8-act-int4-weight":
-        "loud: NotImplementedError: Exception occured unpacking object from ProvenanceRecord(",
 }  # fmt: skip
 #: programs equal to eager when run alone (docs/idioms.md) but not after the programs before them in this
 #: file: xfail(strict=False) until the state one of them leaves behind is found

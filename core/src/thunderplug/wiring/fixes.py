@@ -25,7 +25,7 @@ from thunder.core.prims import get_grad, put_grad
 from thunder.core.proxies import ProxyInterface, ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.trace import TraceCtx, from_trace, get_tracectx
 from thunder.core.transforms import augmented_forward_impls, backward_impls
 from thunder.executors import torchex
 from thunder.extend import ImplInfo
@@ -1361,6 +1361,68 @@ def none_arguments_guarded(original: Callable[..., Any], active: Callable[[], bo
                 checks.append(prims.check_none.bind(unpacked[path], output=None))
         at = len(bsyms) - 1 if bsyms and bsyms[-1].sym.id == prims.PrimIDs.RETURN else len(bsyms)
         prologue_trace.bound_symbols = [*bsyms[:at], *checks, *bsyms[at:]]
+        return result
+
+    return replacement
+
+
+def unreadable_inputs_break(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``unpack_inputs`` (the prologue's reads of every value the program took from its inputs, globals and
+    closures) that, where thunder 0.2.6 cannot write the read (a dict entry keyed by a ``torch.dtype``, as
+    torchao's QAT fake quantizers look up ``_DTYPE_TO_BIT_WIDTH[torch.int4]``; another constant type),
+    raises a :class:`DataDependentShapeError` instead of its ``NotImplementedError``: a discover() compilation
+    then runs the function through Dynamo (``wiring.graph_breaks``), whose guards check such reads, and
+    thunder.jit compiles Dynamo's graphs. Where the graph cannot break the error is thunder's message."""
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except NotImplementedError as error:
+            if not active() or isinstance(error, DataDependentShapeError):
+                raise
+            cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
+            raise DataDependentShapeError(
+                str(error), op=f"a value the program read{cause}",
+                why="has no prologue check in thunder 0.2.6 (thunder cannot write that read)",
+                advice="For one trace, pass the value in as an argument or read it outside the jitted function.",
+            ) from error
+
+    return replacement
+
+
+def _holds_mutable(values: Any) -> bool:
+    return any(type(v) in (list, dict) or (type(v) is tuple and _holds_mutable(v)) for v in values)
+
+
+def _snapshot(value: Any) -> Any:
+    """``value`` with every list and dict in it (through tuples) copied; proxies and other values shared."""
+    kind = type(value)
+    if kind is list:
+        return [_snapshot(v) for v in value]
+    if kind is dict:
+        return {k: _snapshot(v) for k, v in value.items()}
+    if kind is tuple and _holds_mutable(value):
+        return tuple(_snapshot(v) for v in value)
+    return value
+
+
+def symbol_arguments_as_called(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``Symbol.__call__`` that records a symbol's list and dict arguments as they were at the call: thunder's
+    bound symbol kept the program's own list, so a program changing the list after the call changed the
+    recorded op (``shape = [2, 8]; y = x.view(shape); shape[0], shape[1] = 8, 2`` ran ``view(x, [8, 2])``
+    under metadata of ``[2, 8]``: silently other values (stock thunder too; torchao's QAT fake quantizer
+    fails on it). Also ``torch.split``/``Tensor.split`` by a size return a tuple to the program, as in eager
+    (thunder's meta returns a list, so ``parts + (y,)`` failed and the program could change the list the
+    trace records); calls inside other symbols' metas get thunder's list as before."""
+
+    def replacement(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(self, *args, **kwargs)
+        if _holds_mutable(args) or _holds_mutable(kwargs.values()):
+            args, kwargs = _snapshot(args), _snapshot(kwargs)
+        result = original(self, *args, **kwargs)
+        if type(result) is list and self.id == "torch.split" and len(get_tracectx().scopes) == 1:
+            return tuple(result)
         return result
 
     return replacement

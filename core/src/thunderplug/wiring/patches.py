@@ -998,6 +998,27 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "symbol arguments as called", Symbol, "__call__",
+        lambda original: fixes.symbol_arguments_as_called(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: a bound symbol kept the program's own list and dict arguments, so a program that changed the "
+        "list after the call changed the recorded op (`shape = [2, 8]; y = x.view(shape); shape[0], shape[1] = 8, "
+        "2` ran `view(x, [8, 2])` under the metadata of `[2, 8]`: silently other values, stock thunder too; "
+        "torchao's QAT fake quantizer failed on it). They are copied at the call. `torch.split` by a size returns "
+        "a tuple to the program as in eager (thunder's list let `parts + (y,)` fail and the program change what "
+        "the trace records).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "graph breaks at reads the prologue cannot write", jit_ext, "unpack_inputs",
+        lambda original: fixes.unreadable_inputs_break(original, _compiling_with_core), "discover() compilations",
+        "thunder limit: the prologue cannot read a value the program took through a dict entry keyed by a "
+        "`torch.dtype` (torchao's QAT fake quantizers read `_DTYPE_TO_BIT_WIDTH[torch.int4]`) or another "
+        "constant that is no int or str (`NotImplementedError: Exception occured unpacking object from "
+        "ProvenanceRecord(...)`). It is a `DataDependentShapeError`, at which \"graph breaks at data-dependent "
+        "ops\" runs the function through Dynamo, whose guards check the read, thunder compiling its graphs.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "unpack_inputs", jit_ext, "unpack_inputs",
         lambda original: fixes.none_arguments_guarded(
             fixes.hooks_read_from_the_module(original, _compiling_with_core), _compiling_with_core),
