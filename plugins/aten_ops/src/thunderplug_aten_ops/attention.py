@@ -38,7 +38,17 @@ from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
 
 from thunderplug.tracing.aten import user_location
-from thunderplug_aten_ops.random_ops import _call, _device, _generator, _get, _leaves, _meta, _plain
+from thunderplug_aten_ops.random_ops import (
+    _call,
+    _device,
+    _generator,
+    _get,
+    _leaves,
+    _meta,
+    _plain,
+    generator_replayed,
+    input_grads,
+)
 
 
 def _native_mha_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, embed_dim: int, num_head: int,
@@ -95,19 +105,9 @@ class _EagerFunction:
             return tuple(TensorProxy(like=_get(args, kwargs, keys[0]), requires_grad=False) for keys in leaves)
 
         def backward_run(leaves: tuple, state: Any, grads: tuple, *args: Any, **kwargs: Any) -> tuple:
-            generator = _generator(_device(args, kwargs)) if state is not None else None
-            now = generator.get_state() if generator is not None else None
-            if generator is not None:
-                generator.set_state(state)
-            try:
+            with generator_replayed(_generator(_device(args, kwargs)) if state is not None else None, state):
                 out, found = _call(fn, leaves, args, kwargs)
-                pairs = [(o, g) for o, g in zip(_tensors(out), grads) if g is not None and o.requires_grad]
-                found_grads = torch.autograd.grad([o for o, _ in pairs], found, [g for _, g in pairs],
-                                                  allow_unused=True) if pairs else (None,) * len(found)
-            finally:
-                if generator is not None:
-                    generator.set_state(now)
-            return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(found, found_grads))
+                return input_grads(_tensors(out), found, grads)
 
         self.plain = executor.register_operator(f"eager_{name}", meta=lambda *a, **k: _meta(meta, a, k), fn=fn)
         self.forward = executor.register_operator(f"eager_{name}_forward", meta=forward_meta, fn=forward_run)

@@ -35,7 +35,8 @@ grad from one requiring grad (eager's zero gradient through it, which thunder's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import thunder.torch as ltorch
@@ -70,6 +71,32 @@ def _generator(device: torch.device) -> torch.Generator:
     if device.type == "cuda":
         return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
     return torch.default_generator
+
+
+@contextlib.contextmanager
+def generator_replayed(generator: torch.Generator | None, state: torch.Tensor | None) -> Iterator[None]:
+    """``generator`` set to the forward's ``state`` inside, its own state back after: a backward that runs the
+    function again draws the forward's numbers (dropout masks) and leaves the stream where eager's is.
+    ``None``: the function drew nothing."""
+    if generator is None:
+        yield
+        return
+    now = generator.get_state()
+    generator.set_state(state)
+    try:
+        yield
+    finally:
+        generator.set_state(now)
+
+
+def input_grads(outputs: Sequence[torch.Tensor], leaves: Sequence[torch.Tensor],
+                cotangents: Sequence[torch.Tensor | None]) -> tuple[torch.Tensor, ...]:
+    """Each leaf's gradient from eager's engine, given each output's cotangent (``None``: none flows from that
+    output); zeros for a leaf no cotangent reaches, as a thunder backward expects a tensor."""
+    pairs = [(o, g) for o, g in zip(outputs, cotangents) if g is not None and o.requires_grad]
+    found = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
+                                allow_unused=True) if pairs else (None,) * len(leaves)
+    return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, found))
 
 
 def _device(args: tuple, kwargs: dict) -> torch.device | None:
@@ -159,15 +186,9 @@ def _register(executor: OperatorExecutor, name: str, fn: Callable[..., Any]) -> 
         return tuple(TensorProxy(like=_get(args, kwargs, keys[0]), requires_grad=False) for keys in leaves)
 
     def backward_run(leaves: tuple, state: torch.Tensor, grad: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
-        generator = _generator(_device(args, kwargs))
-        now = generator.get_state()
-        generator.set_state(state)
-        try:
+        with generator_replayed(_generator(_device(args, kwargs)), state):
             out, found = _call(fn, leaves, args, kwargs)
-            grads = torch.autograd.grad(out, found, grad, allow_unused=True)
-        finally:
-            generator.set_state(now)
-        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(found, grads))
+            return input_grads((out,), found, (grad,))
 
     plain = executor.register_operator(f"eager_random_{name}", meta=lambda *a, **k: _meta(fn, a, k), fn=fn,
                                        tags=DRAWS)

@@ -45,7 +45,7 @@ from torch.nn.utils import rnn as rnn_utils
 from thunderplug.eager.output_grads import requires_grad
 from thunderplug.thunder_compat import torch_to_thunder_function_map
 from thunderplug.tracing.aten import DataDependentShapeError
-from thunderplug_aten_ops.random_ops import DRAWS, _generator
+from thunderplug_aten_ops.random_ops import DRAWS, _generator, generator_replayed, input_grads
 
 #: the torch functions of ``nn.RNNBase``'s modes
 FUNCTIONS = (torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu)
@@ -146,19 +146,9 @@ class _Recurrent:
             return tuple(TensorProxy(like=_at(args, path), requires_grad=False) for path in leaves)
 
         def backward_run(leaves: tuple, state: Any, grads: tuple, *args: Any) -> tuple:
-            generator = _generator(args[0].device) if state is not None else None
-            now = generator.get_state() if generator is not None else None
-            if generator is not None:
-                generator.set_state(state)
-            try:
+            with generator_replayed(_generator(args[0].device) if state is not None else None, state):
                 out, found = _run(fn, leaves, args)
-                pairs = [(o, g) for o, g in zip(out, grads) if g is not None and o.requires_grad]
-                found_grads = torch.autograd.grad([o for o, _ in pairs], found, [g for _, g in pairs],
-                                                  allow_unused=True) if pairs else (None,) * len(found)
-            finally:
-                if generator is not None:
-                    generator.set_state(now)
-            return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(found, found_grads))
+                return input_grads(out, found, grads)
 
         self.plain = executor.register_operator(
             f"eager_{name}", meta=lambda grad_mode, *args: outputs(args), fn=plain_run, tags=DRAWS)
