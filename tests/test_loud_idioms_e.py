@@ -124,3 +124,42 @@ def test_inplace_dropout_of_a_leaf_raises_as_eager():
         fn(w)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         thunder.jit(fn, executors=thunderplug.discover())(w)
+
+
+class _Normal(nn.Module):
+    """``torch.normal`` with a tensor mean and/or std computed from layers: eager draws from the global generator
+    and gives mean and std zero gradients (the result requires grad; AdamW decays the layers)."""
+
+    def __init__(self, form: str):
+        super().__init__()
+        self.form = form
+        self.mean, self.std = nn.Linear(4, 3), nn.Linear(4, 3)
+
+    def forward(self, x):
+        mean, std = self.mean(x), nn.functional.softplus(self.std(x)) + 0.1
+        if self.form == "tensors":
+            noise = torch.normal(mean, std)
+        elif self.form == "float std":
+            noise = torch.normal(mean, 0.5)
+        elif self.form == "float mean":
+            noise = torch.normal(1.0, std)
+        else:  # a broadcast std, not requiring grad
+            noise = torch.normal(mean, torch.full((3,), 0.2))
+        return noise + mean * std
+
+
+@pytest.mark.parametrize("form", ["tensors", "float std", "float mean", "broadcast std"])
+def test_torch_normal_of_tensors_trains_as_eager(form):
+    """Failed on main: 'Trying to call function torch.normal, but it is not yet supported'."""
+    torch.manual_seed(0)
+    train_like_eager(_Normal(form), [(torch.randn(5, 4),) for _ in range(3)], check_rng=True)
+
+
+def test_torch_normal_of_numbers_is_refused_by_line():
+    import thunder
+
+    import thunderplug
+
+    jitted = thunder.jit(lambda x: x + torch.normal(0.0, 1.0, (3,)), executors=thunderplug.discover())
+    with pytest.raises(NotImplementedError, match=r"torch.normal with numbers .*test_loud_idioms_e.py"):
+        jitted(torch.zeros(3))

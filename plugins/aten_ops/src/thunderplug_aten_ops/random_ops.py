@@ -28,6 +28,8 @@ one, a fresh tensor). An explicit ``generator=`` (of these and of ``torch.randn`
 the user's generator (:func:`_break_at_generator`). ``torch.bernoulli(p)`` of probabilities requiring grad gets
 eager's zero gradient (its own grad rule). ``F.dropout(a, inplace=True)`` (thunder: ``Only inplace=False``)
 is the out-of-place rule's result written into ``a`` by ``copy_``, as eager's ``dropout_`` computes it.
+``torch.normal(mean, std)`` with a tensor mean or std (thunder has no ``torch.normal``) is eager's function, with
+eager's zero gradients to mean and std; with numbers for both it is refused by name and line.
 Refused by name and line: an in-place sampler of a tensor computed under
 grad from one requiring grad (eager's zero gradient through it, which thunder's in-place handling drops) and
 ``bernoulli(a, p)`` with a number ``p`` of such a tensor (eager's backward raises: no derivative).
@@ -339,6 +341,18 @@ def _bernoulli(a: torch.Tensor, *args: Any) -> torch.Tensor:
     return torch.bernoulli(a, *args)
 
 
+def _normal(mean: Any, std: Any) -> torch.Tensor:
+    return torch.normal(mean, std)
+
+
+def _unsupported_normal(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError(
+        f"thunderplug: torch.normal with numbers for both mean and std, a size or out={user_location()} is not "
+        "supported inside a thunder.jit function (thunder 0.2.6 has no torch.normal): draw it outside the function "
+        "and pass it in"
+    )
+
+
 def _multinomial_meta(a: TensorProxy, num_samples: int, replacement: bool) -> TensorProxy:
     return TensorProxy(like=a, shape=(*a.shape[:-1], num_samples), dtype=dtypes.int64, requires_grad=False)
 
@@ -424,6 +438,31 @@ def register_samplers(executor: OperatorExecutor) -> None:
 
     for function in (torch.multinomial, torch.Tensor.multinomial, ltorch.multinomial):
         executor._lookasides[function] = multinomial
+
+    normal_op = executor.register_operator(
+        "eager_random_normal", meta=lambda mean, std: _meta(torch.normal, (mean, std), {}), fn=_normal, tags=DRAWS)
+
+    def normal_grad(mean: Any, std: Any) -> Any:
+        """eager's ``NormalBackward``: zero gradients to a tensor mean and std (their result requires grad)."""
+        out = normal_op(mean, std)
+        cotangent = get_grad(out)  # asked for, so the result requires grad as eager's
+        for a in (mean, std):
+            if isinstance(a, TensorProxy):
+                put_grad(a, ltorch.zeros_like(cotangent if a.shape == out.shape else a))
+        return out
+
+    executor.register_implementation(normal_op, execution_transform=normal_op, grad_transform=normal_grad)
+
+    def normal(mean: Any, std: Any = 1.0, *args: Any, generator: Any = None, **kwargs: Any) -> Any:
+        """``torch.normal(mean, std)`` with a tensor mean or std (thunder: ``not yet supported``): eager's function
+        at its place in the trace, so it draws eager's numbers; other forms are thunder's."""
+        _break_at_generator("torch.normal", generator)
+        tensors = [a for a in (mean, std) if isinstance(a, TensorProxy)]
+        if args or kwargs or not tensors or not _plain((mean, std), {}):
+            return _unsupported_normal(mean, std, *args, **kwargs)
+        return normal_op(mean, std)
+
+    executor._lookasides[torch.normal] = normal
 
     def dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
         """``F.dropout(a, inplace=True)`` (``nn.Dropout(inplace=True)``; thunder: ``Only inplace=False is currently
