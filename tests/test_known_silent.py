@@ -1,8 +1,13 @@
-"""A ``None`` the jitted program reads from a module attribute, a global or an attribute of an argument, changed
-to a value after the first call: eager takes the other branch, thunder 0.2.6's prologue checks no ``None`` read
-(only those among the call's own arguments under discover(): wiring.fixes.none_arguments_guarded), so the cached
-trace keeps the first call's branch, silently (stock thunder too). Recorded as strict xfails (docs/known-issues.md,
-"None reads"), so a fix shows up here."""
+"""Silent differences from eager that thunderplug does not fix yet (stock thunder 0.2.6 has each too), recorded as
+strict xfails so that a fix shows up here (docs/known-issues.md, "Known silent").
+
+- None reads: a ``None`` the jitted program reads from a module attribute, a global or an attribute of an argument,
+  changed to a value after the first call: eager takes the other branch, thunder's prologue checks no ``None`` read
+  (only those among the call's own arguments under discover(): wiring.fixes.none_arguments_guarded), so the cached
+  trace keeps the first call's branch.
+- Aliased views: in a function with an in-place op, thunder replaces every input sharing a storage with the first
+  such input (``replace_args_with_alias_map``), so two different views of one tensor (``unbind`` columns) read as
+  one."""
 
 import pytest
 import thunder
@@ -39,6 +44,7 @@ class _Box:
 
 
 SILENT = pytest.mark.xfail(strict=True, reason="thunder 0.2.6's prologue checks no None read (stock thunder too)")
+ALIASES = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 merges inputs sharing a storage (stock thunder too)")
 
 
 @SILENT
@@ -79,3 +85,20 @@ def test_a_none_argument_is_checked():
     x = torch.randn(3)
     jitted(x, None)
     torch.testing.assert_close(jitted(x, 3.0), x * 3.0, rtol=0, atol=0)
+
+
+def _update_then_combine(index, mask, value, second, first):
+    index[mask] = value
+    return second - first * 2 + index.sum()
+
+
+@ALIASES
+def test_two_views_of_one_tensor_in_a_function_with_an_in_place_op():
+    base = torch.tensor([[1.0, 3.0], [2.0, 5.0]])
+    first, second = base.unbind(-1)
+
+    def call(fn):
+        return fn(torch.zeros(2), torch.tensor([True, False]), torch.tensor(1.0), second, first)
+
+    jitted = thunder.jit(_update_then_combine, executors=thunderplug.discover())
+    torch.testing.assert_close(call(jitted), call(_update_then_combine), rtol=0, atol=0)  # [-2, -4] where eager: [2, 2]
