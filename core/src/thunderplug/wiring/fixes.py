@@ -1322,7 +1322,7 @@ def none_arguments_guarded(original: Callable[..., Any], active: Callable[[], bo
     with a padding mask). Each ``None`` among the arguments (and in their tuples, lists and dicts, up to
     :data:`_NONE_GUARD_DEPTH` levels) is checked to be ``None`` again (thunder's ``check_none``); a call that passes
     something else, or lacks the position or key, misses and compiles its own program."""
-    from thunder.core.proxies import Proxy
+    from thunder.core.proxies import AnyProxy, Proxy
     from thunder.core.trace import tracectx
 
     def none_paths(value: Any, path: tuple, depth: int) -> Iterator[tuple]:
@@ -1355,7 +1355,8 @@ def none_arguments_guarded(original: Callable[..., Any], active: Callable[[], bo
             for path in paths:
                 for end in range(2, len(path) + 1):
                     if path[:end] not in unpacked:
-                        item = Proxy(prefix="subscr")
+                        # the None itself is an AnyProxy, as check_none's meta requires when a pass re-runs it
+                        item = AnyProxy(None, prefix="subscr") if end == len(path) else Proxy(prefix="subscr")
                         checks.append(prims.unpack_getitem.bind(unpacked[path[:end - 1]], path[end - 1], output=item))
                         unpacked[path[:end]] = item
                 checks.append(prims.check_none.bind(unpacked[path], output=None))
