@@ -110,6 +110,41 @@ def test_partial_last_batch_equals_eager():
     assert bench.compilations(jitted) == 4  # (4, 12), (3, 12), (1, 12), (3, 20)
 
 
+#: 32 steps, two epochs of batch 4 each ending in a partial batch (3, then 2)
+EPOCHS = (4,) * 15 + (3,) + (4,) * 15 + (2,)
+
+
+def _sized_batches(vocab: int, shapes) -> list:
+    """(tokens, targets) of each (batch, length) in ``shapes``."""
+    generator = torch.Generator().manual_seed(0)
+    out = []
+    for batch, length in shapes:
+        tokens = torch.randint(0, vocab, (batch, length + 1), generator=generator)
+        out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_changing_batch_sizes_compile_at_most_three_times(name):
+    """32 steps of 30 lengths whose batch size also changes (two epochs, each ending in a partial batch): the
+    first call static, the second with the length symbolic, the first partial batch with both symbolic; the rest
+    re-specialized, bit-identical to eager."""
+    vocab = bench.llama_vocab(True) if name == "llama" else bench.gpt_config(True).vocab
+    shapes = list(zip(EPOCHS, bench.lengths(len(EPOCHS)), strict=True))
+    jitted = _train_against_eager(_model(name), _sized_batches(vocab, shapes))
+    assert bench.compilations(jitted) <= AT_MOST, (name, bench.compilations(jitted))
+    assert bench.compilations(jitted) + bench.respecializations(jitted) == len(set(shapes)), name
+
+
+def test_a_batch_size_crossing_a_guard_gives_eagers_results():
+    """The GPT's template with batch and length symbolic depends on ``batch != length`` and ``batch != d_model``
+    (32 here; the ShapeEnv's guards): calls where they fail compile again, and give eager's values."""
+    config = bench.gpt_config(True)
+    shapes = [(4, 10), (4, 13), (3, 17), (5, 22), (3, 3), (config.d_model, 9), (2, 30)]
+    jitted = _train_against_eager(_model("gpt"), _sized_batches(config.vocab, shapes))
+    assert bench.compilations(jitted) == 5, bench.compilations(jitted)  # (4, 10), (4, 13), (3, 17), (3, 3), (32, 9)
+
+
 class _BranchOnLength(torch.nn.Module):
     """Branches in Python on a size, as code with a fast path for long inputs does: a trace with a symbolic length
     must guard ``x.shape[1] > 64`` and compile again across it."""
