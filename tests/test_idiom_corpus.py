@@ -28,7 +28,6 @@ SELECTED = [entry.name for entry in all_idioms()]
 XFAIL: dict[str, str] = {
     "vision/sigmoid_focal_loss-generalized_box_iou_loss":
         "loud: DataDependentShapeError: x[mask] (indexing a tensor with a boolean mask) has a data-dependent ...",
-    "vision/efficientnet-MBConv-block": "drift: max diff 3.8e-06 (step 2 grad of block.3.0.weight)",
 }  # fmt: skip
 #: programs equal to eager when run alone (docs/idioms.md) but not after the programs before them in this
 #: file: xfail(strict=False) until the state one of them leaves behind is found

@@ -396,6 +396,10 @@ PROGRAMS: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "avg_pool3d_pad": (lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False), [(1, 2, 3, 4, 4)]),
     "avg_pool_module": (lambda x: _AVG_POOL(x) * x.mean(), [(1, 2, 4, 4)]),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), [(1, 2, 4, 5)]),
+    # output size 1: eager runs ``mean`` (its backward: the gradient expanded, divided by the count)
+    "adaptive_avg_pool2d_global": (lambda x: F.adaptive_avg_pool2d(x, 1), [(2, 32, 6, 6)]),
+    "adaptive_avg_pool1d_global": (lambda x: F.adaptive_avg_pool1d(x, 1), [(2, 32, 7)]),
+    "adaptive_avg_pool3d_global": (lambda x: F.adaptive_avg_pool3d(x, (1, 1, 1)), [(2, 8, 3, 5, 6)]),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 2), [(1, 2, 4, 5)]),
     "lp_pool2d": (lambda x: F.lp_pool2d(_pos(x), 2, 2), [(1, 2, 4, 4)]),
     "scaled_dot_product_attention": (

@@ -34,8 +34,9 @@ bias's gradient, zero but for rounding, differed: DeBERTa-v2).
 
 More ops thunder rounds otherwise than eager (``erfinv``, ``erfc``, ``addcmul``, ``addcdiv``, ``var``/``std``/
 ``var_mean``, ``repeat``, ``mse_loss``, ``rms_norm``, ``group_norm``, bilinear and nearest-exact ``interpolate``,
-``number / x``) run as the torch function itself and eager's autograd through it
-(:mod:`thunderplug_aten_ops.composites`); ``F.pad``'s reflect, replicate and circular modes, which thunder refuses, as
+``number / x``, ``adaptive_avg_pool2d`` to one element, which eager computes as ``mean``) run as the torch
+function itself and eager's autograd through it (:mod:`thunderplug_aten_ops.composites`); ``F.pad``'s reflect,
+replicate and circular modes, which thunder refuses, as
 ``F.pad`` itself (:mod:`thunderplug_aten_ops.pad_modes`); ``F.interpolate`` in every form eager accepts (thunder refuses
 some modes, ``align_corners=True``, an integer ``scale_factor``) as ``F.interpolate`` itself
 (:mod:`thunderplug_aten_ops.interpolate_modes`); ``F.avg_pool*d`` with ``count_include_pad=False`` too

@@ -87,6 +87,13 @@ def _symbol(fn: Callable[..., Any]) -> Any:
     return torch_to_thunder_function_map()[fn]
 
 
+def _global_pool(a, output_size) -> bool:
+    """``adaptive_avg_pool2d`` to one element per channel, which ATen computes as ``mean`` over the last two dims
+    (so its backward is mean's: the gradient expanded and divided by the count; thunder's is the pool's own)."""
+    sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    return sizes == (1, 1)
+
+
 def _value_without_grad(a, b, c, *, value=None) -> bool:
     """``addcmul``/``addcdiv``'s ``value``: eager reads a tensor ``value`` as a number (``.item()``), so one that
     requires grad gets none; that is left to thunder's own forward."""
@@ -128,6 +135,7 @@ COMPOSITES: dict[Any, tuple[Callable[..., Any], Callable[..., bool], bool]] = {
     ltorch.group_norm: (F.group_norm, _always, False),  # the value: 2.4e-7 (native_group_norm)
     ltorch.interpolate: (F.interpolate, _interpolate_modes, False),  # bilinear's value 1.8e-7, nearest-exact's grad
     ltorch.true_divide: (_rtruediv, _number_first, False),  # ``2 / x``: the value and the gradient, 6e-8
+    ltorch.adaptive_avg_pool2d: (F.adaptive_avg_pool2d, _global_pool, True),  # 3.7e-9 (torchvision's SE blocks)
     # thunder's automatic registrations: asked torch for a gradient for the target too, which eager refuses
     # (``soft_margin_loss``), or refused a float keyword argument (``pos_weight``) or a float ``weight``
     **{_symbol(fn): (fn, _always, True) for fn in (F.soft_margin_loss, F.binary_cross_entropy,
