@@ -362,6 +362,30 @@ def test_batch_norm_module_as_eager(dtype, training):
     assert "eager_native_batch_norm_backward" in kernels, kernels
 
 
+def _masks_in_backward(jitted) -> dict[str, list]:
+    backward = thunder.last_backward_traces(jitted)[-1]
+    return {b.sym.name: b.args[-1] for b in backward.bound_symbols if b.sym.name.endswith("_backward")}
+
+
+def test_backward_kernels_compute_only_the_gradients_eager_asks_for():
+    """A network's first convolution (its input requires no grad) and a frozen LayerNorm: eager's autograd asks
+    the backward kernels for the gradients of the tensors requiring grad only (``output_mask``); so do the traces,
+    and the gradients are eager's bit for bit."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.LayerNorm(4))
+    eager[2].requires_grad_(False)
+    module = copy.deepcopy(eager)
+    jitted = thunder.jit(module, executors=_executors())
+    x = torch.randn(2, 3, 6, 6)
+    jitted(x).sum().backward()
+    eager(x).sum().backward()
+    for (name, p), (_, q) in zip(module.named_parameters(), eager.named_parameters()):
+        assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad), name
+    masks = _masks_in_backward(jitted)
+    assert masks["eager_convolution_backward"] == [False, True, True], masks
+    assert masks["eager_native_layer_norm_backward"] == [True, False, False], masks
+
+
 def _thunder_symbol(case: str):
     import thunder.torch as ltorch
 

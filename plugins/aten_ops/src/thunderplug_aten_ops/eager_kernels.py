@@ -205,10 +205,17 @@ def _sdpa_math_operators(executor: OperatorExecutor) -> tuple[Any, Any]:
 
 
 
+def _wanted(*tensors: Any) -> list[bool]:
+    """A backward kernel's output mask: the gradients eager's autograd asks for (of the tensors that require
+    grad; where that is not known, asked for). The first conv of a network then computes no input gradient."""
+    return [t is not None and requires_grad(t) is not False for t in tensors]
+
+
 def _put_grads(tensors: tuple, grads: tuple) -> None:
-    """Each gradient to its tensor (an input, an optional weight and bias: a ``None`` tensor gets none)."""
+    """Each gradient to its tensor (an input, an optional weight and bias: a ``None`` tensor, or one whose
+    gradient the mask did not ask for, gets none)."""
     for tensor, grad in zip(tensors, grads, strict=True):
-        if tensor is not None:
+        if tensor is not None and grad is not None:
             put_grad(tensor, grad)
 
 
@@ -269,7 +276,7 @@ class _Kernels:
     def layer_norm_grad(self, a, /, normalized_shape, weight=None, bias=None, eps=1e-5):
         shape = list(normalized_shape)
         out, mean, rstd = self.layer_norm(a, shape, weight, bias, eps)
-        mask = [True, weight is not None, bias is not None]
+        mask = _wanted(a, weight, bias)
         ga, gw, gb = self.layer_norm_backward(get_grad(out), a, shape, mean, rstd, weight, bias, mask)
         _put_grads((a, weight, bias), (ga, gw, gb))
         return out
@@ -299,7 +306,7 @@ class _Kernels:
             ltorch.copy_(running_var, new_var)
         else:  # eval mode, or no running statistics: the kernel changes nothing
             out, mean, invstd = self.batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
-        mask = [True, weight is not None, bias is not None]
+        mask = _wanted(a, weight, bias)
         # in training the kernel reads the batch's statistics only: the buffers are not kept for the backward
         stats = (None, None) if training else (running_mean, running_var)
         ga, gw, gb = self.batch_norm_backward(get_grad(out), a, weight, *stats, mean, invstd, training, eps, mask)
@@ -319,14 +326,11 @@ class _Kernels:
         stride, padding, dilation = (_per_dim(v, dims) for v in (stride, padding, dilation))
         out = self.convolution(a, weight, bias, stride, padding, dilation, False, [0] * dims, groups)
         bias_sizes = list(bias.shape) if bias is not None else None
-        mask = [True, True, bias is not None]
+        mask = _wanted(a, weight, bias)
         ga, gw, gb = self.convolution_backward(
             get_grad(out), a, weight, bias_sizes, stride, padding, dilation, False, [0] * dims, groups, mask
         )
-        put_grad(a, ga)
-        put_grad(weight, gw)
-        if bias is not None:
-            put_grad(bias, gb)
+        _put_grads((a, weight, bias), (ga, gw, gb))
         return out
 
     # softmax / log_softmax ----------------------------------------------------------------------
