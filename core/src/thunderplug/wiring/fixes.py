@@ -1311,57 +1311,35 @@ def draws_in_forward(original: Callable[..., Any], active: Callable[[], bool]) -
     return replacement
 
 
-#: how deep into an argument's tuples, lists and dicts the prologue guards ``None`` values
-_NONE_GUARD_DEPTH = 4
+def none_reads_guarded(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's wrap callback, through which every value the program reads from its inputs passes: a number or
+    string read from an argument, a module attribute, a global or an argument's attribute gets a prologue check of
+    its value, a ``None`` none, so a program traced while ``self.scale`` (``SCALE``, ``box.scale``, ``mask=``)
+    was ``None`` was a cache hit after it became a tensor and kept the first call's branch, silently (stock thunder
+    too; a region compiled for ``src_key_padding_mask=None`` was adopted by a block called with a mask). A ``None``
+    read from such a source gets the same treatment as those constants: a proxy with the read's provenance and a
+    ``check_none`` constraint, which ``unpack_inputs`` writes into the prologue after the read; a call where it is
+    something else misses and compiles its own program."""
+    from thunder.core.interpreter import ProvenanceRecord, PseudoInst
+    from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx, should_register_for_prologue
+    from thunder.core.proxies import AnyProxy
 
+    def as_attribute(read: ProvenanceRecord) -> ProvenanceRecord:
+        """A ``None`` parameter, buffer or submodule (``Linear(bias=False)``'s ``bias``) read as the module's
+        attribute: thunder's prologue reads ``_parameters[name]`` with ``get_parameter``, which takes tensors only."""
+        table = read.inputs[0] if read.inst is PseudoInst.BINARY_SUBSCR else None
+        if (table is None or table.inst is not PseudoInst.LOAD_ATTR or table.inputs[1].inst is not PseudoInst.CONSTANT
+                or table.inputs[1].value not in ("_parameters", "_buffers", "_modules")
+                or not table.inputs[0].ext_flag & EXT_FLAG_IS_MODULE):
+            return read
+        return ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[table.inputs[0], read.inputs[1]])
 
-def none_arguments_guarded(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
-    """thunder's prologue guards the tensors, numbers and strings the program read from its arguments, but not a
-    ``None``: a program traced for ``f(x, mask=None)`` was a cache hit for ``f(x, mask=m)`` and ran without the mask,
-    silently (stock thunder too; a region's ``src_key_padding_mask=None`` compilation was adopted by a block called
-    with a padding mask). Each ``None`` among the arguments (and in their tuples, lists and dicts, up to
-    :data:`_NONE_GUARD_DEPTH` levels) is checked to be ``None`` again (thunder's ``check_none``); a call that passes
-    something else, or lacks the position or key, misses and compiles its own program."""
-    from thunder.core.proxies import AnyProxy, Proxy
-    from thunder.core.trace import tracectx
-
-    def none_paths(value: Any, path: tuple, depth: int) -> Iterator[tuple]:
-        if value is None:
-            yield path
-        elif depth and type(value) in (tuple, list):
-            for index, item in enumerate(value):
-                yield from none_paths(item, (*path, index), depth - 1)
-        elif depth and type(value) is dict:
-            for key, item in value.items():
-                if type(key) in (int, str):
-                    yield from none_paths(item, (*path, key), depth - 1)
-
-    def replacement(ctx: Any, prologue_trace: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(ctx, prologue_trace, *args, **kwargs)
-        if not active():
-            return result
-        call_args, call_kwargs = args[-2:]
-        paths = [*none_paths(tuple(call_args), ("args",), _NONE_GUARD_DEPTH + 1),
-                 *none_paths(dict(call_kwargs), ("kwargs",), _NONE_GUARD_DEPTH + 1)]
-        if not paths:
-            return result
-        bsyms = prologue_trace.bound_symbols
-        unpacked = {
-            (bsym.output.name,): bsym.output for bsym in bsyms
-            if bsym.sym.id == prims.PrimIDs.UNPACK_TRIVIAL and bsym.output.name in ("args", "kwargs")
-        }
-        checks: list[BoundSymbol] = []
-        with tracectx(prologue_trace):
-            for path in paths:
-                for end in range(2, len(path) + 1):
-                    if path[:end] not in unpacked:
-                        # the None itself is an AnyProxy, as check_none's meta requires when a pass re-runs it
-                        item = AnyProxy(None, prefix="subscr") if end == len(path) else Proxy(prefix="subscr")
-                        checks.append(prims.unpack_getitem.bind(unpacked[path[:end - 1]], path[end - 1], output=item))
-                        unpacked[path[:end]] = item
-                checks.append(prims.check_none.bind(unpacked[path], output=None))
-        at = len(bsyms) - 1 if bsyms and bsyms[-1].sym.id == prims.PrimIDs.RETURN else len(bsyms)
-        prologue_trace.bound_symbols = [*bsyms[:at], *checks, *bsyms[at:]]
+    def replacement(value: Any) -> Any:
+        result = original(value)  # first, as it rewrites a read of ``module.__dict__[name]`` to ``module.name``
+        if value.value is None and active() and should_register_for_prologue(value.provenance):
+            # an AnyProxy, as check_none's meta requires when a pass re-runs the prologue's metas
+            guarded = AnyProxy(None, history=as_attribute(value.provenance))
+            get_jit_ctx().add_constraint((prims.check_none, guarded))
         return result
 
     return replacement

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import enum
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from thunder import clang
 from thunder.core import codeutils, interpreter, jit_ext, proxies, transform_common, update_aliases
 from thunder.core import utils as thunder_utils
 from thunder.core.codeutils import SigInfo
+from thunder.core.interpreter import INTERPRETER_CALLBACKS
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import NumberProxy, TensorProxy, TorchAutogradFunctionCtxProxy
@@ -1020,17 +1022,24 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "unpack_inputs", jit_ext, "unpack_inputs",
-        lambda original: fixes.none_arguments_guarded(
-            fixes.hooks_read_from_the_module(original, _compiling_with_core), _compiling_with_core),
+        lambda original: fixes.hooks_read_from_the_module(original, _compiling_with_core),
         "discover() compilations",
-        "thunder bugs: the prologue read the jitted module's hook tables through its ThunderModule, whose own are "
+        "thunder bug: the prologue read the jitted module's hook tables through its ThunderModule, whose own are "
         "empty: a hook whose code the prologue guards (it reads a global or a closure cell: transformers 5's "
         "output-capturing hooks, a hook appending to a list) failed every call with `KeyError`. They are read from "
-        "the module, whose hooks the program ran. And the prologue never checked an argument that was `None`: "
-        "a program traced for `f(x, mask=None)` ran for `f(x, mask=m)` without the mask, silently (a "
-        "TransformerEncoderLayer region compiled without a padding mask was adopted by a block called with one: "
-        "113 of 120 values off, max 0.80); each `None` among the arguments and their tuples, lists and dicts "
-        "is checked (`check_none`), so such a call compiles its own program.",
+        "the module, whose hooks the program ran.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
+        "None reads guarded", jit_ext.general_jit_callbacks, INTERPRETER_CALLBACKS.WRAP_CALLBACK,
+        lambda original: fixes.none_reads_guarded(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the prologue checks the numbers and strings the program read from its arguments, the "
+        "module's attributes, globals and attributes of arguments, but not a `None`: a program traced for "
+        "`f(x, mask=None)` ran for `f(x, mask=m)` without the mask, silently (a TransformerEncoderLayer region "
+        "compiled without a padding mask was adopted by a block called with one: 113 of 120 values off, max "
+        "0.80), and one traced while `self.scale` (a global, `box.scale`) was `None` kept that branch after it "
+        "became a tensor. Such a `None` read gets a proxy and a `check_none` constraint, as thunder gives those "
+        "constants theirs, so a call where it is something else compiles its own program.",
         features=("wiring.fixes",),
     ),
     Patch(
@@ -1240,13 +1249,15 @@ _TABLE_NAMES = {
     id(torch_property_map()): "thunder.torch.langctx._property_name_to_fn_map",
     id(printable_value_types()): "thunder.core.baseutils._printable_value_types",
     id(grad_fn_map()): "thunder.core.transforms._grad_fn_map",
+    id(jit_ext.general_jit_callbacks): "thunder.core.jit_ext.general_jit_callbacks",
 }
 
 
 def _where(patch: Patch) -> str:
     if isinstance(patch.owner, dict):
         key = patch.key
-        name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None) or repr(key)
+        name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None) or (
+            str(key) if isinstance(key, enum.Enum) else repr(key))
         return f"{_TABLE_NAMES[id(patch.owner)]}[{name}]"
     owner = getattr(patch.owner, "__qualname__", None) or patch.owner.__name__
     return f"{getattr(patch.owner, '__module__', '') + '.' if isinstance(patch.owner, type) else ''}{owner}.{patch.key}"
