@@ -145,6 +145,31 @@ def test_a_batch_size_crossing_a_guard_gives_eagers_results():
     assert bench.compilations(jitted) == 5, bench.compilations(jitted)  # (4, 10), (4, 13), (3, 17), (3, 3), (32, 9)
 
 
+@pytest.fixture
+def float8_gpt(no_onednn):
+    """The float8 GPT (torchao's convert_to_float8_training, tensorwise), oneDNN off as in the benchmark."""
+    pytest.importorskip("torchao.float8")
+    return _model("gpt-fp8")
+
+
+def test_float8_gpt_with_changing_lengths_and_batches_compiles_at_most_three_times(float8_gpt):
+    """The float8 matmuls are torchao's ``__torch_dispatch__`` traced on fakes (the subclass compiler): in a tracked
+    compilation on fakes with symbolic sizes, so the template serves every length and batch; bit-identical to eager
+    float8."""
+    shapes = list(zip(EPOCHS, bench.lengths(len(EPOCHS)), strict=True))
+    jitted = _train_against_eager(float8_gpt, _sized_batches(bench.gpt_config(True).vocab, shapes))
+    assert bench.compilations(jitted) <= AT_MOST, bench.compilations(jitted)
+    assert bench.compilations(jitted) + bench.respecializations(jitted) == len(set(shapes))
+
+
+def test_float8_gpt_crossing_a_guard_of_its_dispatch_gives_eagers_results(float8_gpt):
+    """Which float8 casts the backward recomputes depends on the activations' bytes (the subclass compiler's
+    residual budget: rows * 32 + 1032 <= rows * 128 here, a guard): 10 rows cross it and compile again."""
+    shapes = [(4, 20), (4, 33), (3, 41), (2, 5), (3, 17)]
+    jitted = _train_against_eager(float8_gpt, _sized_batches(bench.gpt_config(True).vocab, shapes))
+    assert bench.compilations(jitted) == 4, bench.compilations(jitted)  # (2, 5) crosses the budget's guard
+
+
 class _BranchOnLength(torch.nn.Module):
     """Branches in Python on a size, as code with a fast path for long inputs does: a trace with a symbolic length
     must guard ``x.shape[1] > 64`` and compile again across it."""

@@ -853,24 +853,68 @@ def symbolic_fake_call(call: Callable[..., Any], args: tuple, to_value: Callable
     assert state is not None
     from thunder.core import dtypes
     from thunder.core.proxies import TensorProxy
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = state.__dict__.get("fake_mode")
-    if mode is None:
-        mode = state.__dict__["fake_mode"] = FakeTensorMode(shape_env=state.env, allow_non_fake_inputs=False)
 
     def fake(x: Any) -> Any:
         if isinstance(x, TensorProxy):
             shape = [s.sym if isinstance(s, SizeInt) else int.__int__(s) for s in x._shape]
             return torch.empty(shape, dtype=dtypes.to_torch_dtype(x.dtype), device="meta")
-        if isinstance(x, SizeInt):
-            return x.sym
-        if isinstance(x, (tuple, list)) and any(isinstance(v, SizeInt) for v in x):
-            return type(x)(v.sym if isinstance(v, SizeInt) else v for v in x)
+        if isinstance(x, (SizeInt, tuple, list)):
+            return symbolic_value(x)
         return to_value(x)
 
-    with mode:
+    with fake_mode_of(state):
         return call(*(fake(a) for a in args))
+
+
+def fake_mode_of(state: Symbolic) -> Any:
+    """The FakeTensorMode of the tracked compilation's ShapeEnv (one per compilation: fakes of two modes
+    cannot meet in one op)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = state.__dict__.get("fake_mode")
+    if mode is None:
+        mode = state.__dict__["fake_mode"] = FakeTensorMode(shape_env=state.env, allow_non_fake_inputs=False)
+    return mode
+
+
+def symbolic_value(x: Any) -> Any:
+    """``x`` with each SizeInt as its SymInt (in tuples and lists too), for torch code run on fakes."""
+    if isinstance(x, SizeInt):
+        return x.sym
+    if isinstance(x, (tuple, list)) and any(isinstance(v, SizeInt) for v in x):
+        return type(x)(symbolic_value(v) for v in x)
+    return x
+
+
+def symbolic_fake(proxy: Any, order: tuple[int, ...] | None, device: torch.device, dtype: torch.dtype) -> Any:
+    """A FakeTensor of the compilation's mode for ``proxy``: its SizeInts as SymInts, dense in memory
+    ``order`` (outermost first; ``None``: contiguous). Entered in :func:`fake_mode_of`."""
+    shape = [s.sym if isinstance(s, SizeInt) else int.__int__(s) for s in proxy._shape]
+    if order is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(inverse)
+
+
+def size_key(x: Any) -> Any:
+    """A SizeInt as a cache key, by its expression (hashing it would record a specialization); other
+    values as they are. Keys with expressions belong in caches of one compilation (its symbols)."""
+    return ("size", x.expr) if isinstance(x, SizeInt) else x
+
+
+def symbolic_value_key(proxy: Any) -> Any:
+    """``fake.value_key`` of a proxy whose shape holds SizeInts, each by its expression: a key for caches of
+    one compilation (:func:`compilation_cache`)."""
+    from thunderplug.tracing.fake import memory_order_of
+
+    shape = tuple(size_key(s) for s in proxy._shape)
+    return ("tensor", shape, proxy.dtype, proxy.device, proxy.requires_grad, memory_order_of(proxy))
+
+
+def compilation_cache(state: Symbolic, name: str) -> dict[Any, Any]:
+    """A cache that lives as long as the tracked compilation (and its template): for what is computed
+    with its symbols (graphs traced on its symbolic fakes)."""
+    return state.__dict__.setdefault(f"cache {name}", {})
 
 
 def shape_of(t: torch.Tensor) -> tuple[int, ...]:

@@ -34,6 +34,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.extend import OperatorExecutor
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.thunder_compat import bound_symbol_context, claiming_executor
 from thunderplug.tracing.aten import is_registered_symbol, note_call, records_calls
 from thunderplug.tracing.compilation import only_views
@@ -67,7 +68,13 @@ def replay_key(leaves: list[TensorProxy]) -> Any:
     """What a replay's bound symbols depend on besides the graph: the inputs' metadata and the torch
     state (``trace_state.ambient_key``: grad mode, as thunder tags outputs of symbols called under
     ``no_grad``; the default dtype of factory ops; ...), or ``None``. Replays run with autocast off."""
-    return hashable_or_none(lambda: (ambient_key(), tuple(value_key(leaf) for leaf in leaves)))
+    return hashable_or_none(lambda: (ambient_key(), tuple(_leaf_key(leaf) for leaf in leaves)))
+
+
+def _leaf_key(leaf: TensorProxy) -> Any:
+    """A graph traced on symbolic sizes is one compilation's (``unroll``), so its recordings are keyed by
+    its leaves' size expressions."""
+    return dynamic_sizes.symbolic_value_key(leaf) if dynamic_sizes.tracked(leaf) else value_key(leaf)
 
 
 def recorded(graph: torch.fx.GraphModule, key: Any) -> Recording | None:

@@ -180,7 +180,7 @@ def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenT
 def _nbytes(proxy: TensorProxy) -> int:
     if isinstance(proxy, SubclassTensorProxy):
         return sum(_nbytes(inner) for inner in proxy.inner.values())
-    return int(proxy.numel) * proxy.dtype.bytes
+    return proxy.numel * proxy.dtype.bytes  # a tracked size stays symbolic: the comparisons record guards
 
 
 def _symbol(display: str) -> Symbol:

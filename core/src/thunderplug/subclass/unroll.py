@@ -38,8 +38,9 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.subclass import replay
-from thunderplug.subclass.plan import OutputPlan, build, plan_of, tensor_leaves
+from thunderplug.subclass.plan import OutputPlan, PlainOutput, build, plan_of, tensor_leaves
 from thunderplug.subclass.values import SubclassTensorProxy, flatten_to_leaves
 from thunderplug.tracing.aten import AtenTable, data_dependent, user_location
 from thunderplug.tracing.compilation import current_record
@@ -52,6 +53,7 @@ from thunderplug.tracing.fake import (
     set_memory_order,
     tensor_memory_order,
     to_fake,
+    to_torch_value,
     value_key,
 )
 from thunderplug.tracing.trace_state import NO_AUTOCAST, AutocastState, ambient_key, applied_autocast, grad_enabled
@@ -160,18 +162,80 @@ def _unrolled(
     autocast: AutocastState,
 ) -> UnrolledOp:
     key = _metadata_key(display, torch_fn, call, flat, autocast)
+    state = _tracked(flat)
     with _lock:
-        cache = _graphs.setdefault(table, {})
+        if state is None:
+            cache = _graphs.setdefault(table, {})
+        else:  # traced on symbolic sizes: the graph holds this compilation's symbols
+            cache = dynamic_sizes.compilation_cache(state, "unrolled graphs")
+            key = None if key is None else (table, key)
         if key is not None and key in cache:
             return cache[key]
-        unrolled = _trace(display, torch_fn, table, flat, spec, autocast)
+        unrolled = _trace(display, torch_fn, table, flat, spec, autocast, state)
         if key is not None:
             cache[key] = unrolled
         return unrolled
 
 
+def _tracked(flat: list) -> dynamic_sizes.Symbolic | None:
+    """The tracked compilation in progress where a tensor argument's shape holds its symbolic sizes."""
+    state = dynamic_sizes.active()
+    if state is None or not any(dynamic_sizes.tracked(x) for x in flat if isinstance(x, TensorProxy)):
+        return None
+    return state
+
+
 def _trace(
-    display: str, torch_fn: Callable[..., Any], table: AtenTable, flat: list, spec: Any, autocast: AutocastState
+    display: str,
+    torch_fn: Callable[..., Any],
+    table: AtenTable,
+    flat: list,
+    spec: Any,
+    autocast: AutocastState,
+    state: dynamic_sizes.Symbolic | None = None,
+) -> UnrolledOp:
+    """The graph of ``torch_fn`` on fakes of the arguments. In a tracked compilation (``state``), on fakes
+    with its symbolic sizes, so that the graph computes its sizes from its inputs' and one trace serves
+    every size (torch's guards go to the compilation's ShapeEnv, checked at each re-specialization);
+    where that fails, or the graph's outputs are not plain tensors or it computes with sizes in a way the
+    replay does not know, the sizes are specialized and the graph traced for them."""
+    if state is not None:
+        try:
+            unrolled = _trace_on_fakes(display, torch_fn, table, flat, spec, autocast, state)
+        except Exception:  # noqa: BLE001 - traced again for this call's sizes, where torch's error stands
+            unrolled = None
+        if unrolled is not None and _replayable(unrolled):
+            return unrolled
+        why = f"{display} is not traced on symbolic sizes"
+        for x in flat:
+            for size in x._shape if isinstance(x, TensorProxy) else ():
+                if isinstance(size, dynamic_sizes.SizeInt):
+                    size.specialize(why)
+    return _trace_on_fakes(display, torch_fn, table, flat, spec, autocast, None)
+
+
+def _replayable(unrolled: UnrolledOp) -> bool:
+    """Whether a graph traced on symbolic sizes replays with them: plain tensor outputs (a subclass layout or
+    a constant would hold torch's symbols) and only ATen ops, ``getitem`` and :data:`_SIZE_OPS`."""
+    if not all(isinstance(plan, PlainOutput) for plan in unrolled.plans):
+        return False
+    return all(
+        node.op != "call_function"
+        or node.target in _SIZE_OPS
+        or node.target is operator.getitem
+        or (isinstance(node.target, torch._ops.OpOverload) and node.target not in _SYMBOLIC_OPS)
+        for node in unrolled.graph.graph.nodes
+    )
+
+
+def _trace_on_fakes(
+    display: str,
+    torch_fn: Callable[..., Any],
+    table: AtenTable,
+    flat: list,
+    spec: Any,
+    autocast: AutocastState,
+    state: dynamic_sizes.Symbolic | None,
 ) -> UnrolledOp:
     leaves = [leaf for x in flat if isinstance(x, TensorProxy) for leaf in _proxy_leaves(x)]
     first = next((x for x in flat if isinstance(x, TensorProxy)), None)
@@ -180,7 +244,7 @@ def _trace(
 
     def on_fakes(*fake_leaves: torch.Tensor) -> list[torch.Tensor]:
         remaining = iter(fake_leaves)
-        fake_flat = [_rebuild_fake(x, remaining) if isinstance(x, TensorProxy) else to_fake(x) for x in flat]
+        fake_flat = [_rebuild_fake(x, remaining) if isinstance(x, TensorProxy) else as_fake(x) for x in flat]
         fake_args, fake_kwargs = tree_unflatten(fake_flat, spec)
         result = torch_fn(*fake_args, **fake_kwargs)
         out_flat, found["out_spec"] = torch_pytree.tree_flatten(result)
@@ -191,9 +255,22 @@ def _trace(
         found["views"] = any(StorageWeakRef(t.untyped_storage()) in first_storages for t in out_leaves)
         return out_leaves
 
+    if state is None:
+        mode, as_fake, fake_of = fake_mode(), to_fake, fake_like
+    else:
+        mode = dynamic_sizes.fake_mode_of(state)
+
+        def as_fake(x: Any) -> Any:
+            return to_fake(dynamic_sizes.symbolic_value(x))
+
+        def fake_of(leaf: TensorProxy) -> torch.Tensor:
+            return dynamic_sizes.symbolic_fake(
+                leaf, memory_order_of(leaf), to_torch_value(leaf.device), to_torch_value(leaf.dtype)
+            )
+
     try:
-        with fake_mode(), applied_autocast(autocast), torch.set_grad_enabled(grad_enabled()):
-            graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_like(leaf) for leaf in leaves])
+        with mode, applied_autocast(autocast), torch.set_grad_enabled(grad_enabled()):
+            graph = make_fx(on_fakes, decomposition_table=table.decompositions)(*[fake_of(leaf) for leaf in leaves])
     except (DynamicOutputShapeException, DataDependentOutputException) as error:
         raise data_dependent(display) from error  # under discover(), the graph breaks there (wiring.graph_breaks)
     except Exception as error:
@@ -251,6 +328,8 @@ def _call_key(value: Any) -> Any:
     """Containers, dataclasses and named tuples by their type and items, the rest by ``_value_key``."""
     if isinstance(value, TensorProxy):
         return _value_key(value)
+    if isinstance(value, dynamic_sizes.SizeInt):
+        return dynamic_sizes.size_key(value)
     if isinstance(value, (list, tuple)):
         return (type(value), tuple(_call_key(item) for item in value))
     if isinstance(value, dict):
@@ -270,6 +349,8 @@ def _value_key(value: Any) -> Any:
         inner = tuple(_value_key(p) for p in value.inner.values())
         ctx = frozen(layout.ctx)
         return ("subclass", layout.cls, layout.attrs, ctx, layout.outer_size, layout.outer_stride, inner)
+    if isinstance(value, TensorProxy) and dynamic_sizes.tracked(value):
+        return dynamic_sizes.symbolic_value_key(value)
     return value_key(value)
 
 
@@ -338,7 +419,10 @@ def _call_graph(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: A
             env[node] = next(inputs)
         elif node.op == "call_function":
             args, kwargs = _plain_containers(torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__))
-            if isinstance(node.target, torch._ops.OpOverload) and _is_inplace(node.target):
+            size = _SIZE_OPS.get(node.target)
+            if size is not None:  # a graph traced on symbolic sizes computes with its inputs' sizes
+                env[node] = size(*args, **kwargs)
+            elif isinstance(node.target, torch._ops.OpOverload) and _is_inplace(node.target):
                 mutated = node.args[0]
                 if mutated.op == "placeholder":
                     raise SubclassDispatchError(
@@ -367,6 +451,20 @@ def _call_graph(graph: torch.fx.GraphModule, leaves: list[TensorProxy], table: A
                 "thunderplug replays only ATen calls"
             )
     raise AssertionError("fx graph without output")
+
+
+#: what a graph traced on symbolic sizes computes its sizes with: read from the replayed proxies, and
+#: Python's arithmetic, which keeps SizeInts symbolic
+_SIZE_OPS: dict[Any, Callable[..., Any]] = {
+    torch.ops.aten.sym_size.int: lambda t, dim: t.shape[dim],
+    torch.ops.aten.sym_numel.default: lambda t: t.numel,
+    **{getattr(operator, name): getattr(operator, name) for name in (
+        "add", "sub", "mul", "floordiv", "mod", "neg", "eq", "ne", "lt", "le", "gt", "ge", "pos", "abs")},
+}
+
+
+#: ATen ops on sizes the replay does not compute (:func:`_replayable`)
+_SYMBOLIC_OPS = frozenset((torch.ops.aten.sym_stride.int, torch.ops.aten.sym_storage_offset.default))
 
 
 #: the most elements a tensor constant of a dispatch may have to be written into the trace

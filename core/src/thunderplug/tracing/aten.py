@@ -241,12 +241,20 @@ def _check_against_torch(op: AtenOp, args: tuple, kwargs: dict, result: Any, exp
             f"{op.qualified_name}: decomposition returned {len(got_leaves)} tensors, torch returns {len(want_leaves)}"
         )
     for index, (got, want) in enumerate(zip(got_leaves, want_leaves)):
-        got_meta = (tuple(got.shape), dtypes.to_torch_dtype(got.dtype))
-        want_meta = (tuple(want.shape), want.dtype)
+        got_meta = (tuple(_size_expr(d) for d in got.shape), dtypes.to_torch_dtype(got.dtype))
+        want_meta = (tuple(_size_expr(d) for d in want.shape), want.dtype)
         if got_meta != want_meta:
             raise AtenMetadataError(
                 f"{op.qualified_name}: output {index} of the decomposition is {got_meta}, torch's meta says {want_meta}"
             )
+
+
+def _size_expr(size: Any) -> Any:
+    """A size as what it stands for: a symbolic size (torch's SymInt, or a tracked size of
+    ``caching.dynamic_sizes``, an int carrying one as ``sym``) as its expression, so that comparing
+    sizes records no guard; a plain int as itself."""
+    sym = getattr(size, "sym", size)
+    return sym.node.expr if isinstance(sym, torch.SymInt) else size
 
 
 def _register_without_derivative(symbol: Symbol, name: str) -> None:
@@ -308,7 +316,7 @@ def _call_key(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple]:
     """An op call by its name and its tensors' metadata: proxy names change between the
     interpreted program and the trace autodiff sees, metadata does not."""
     tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, TensorProxy)]
-    return (name, tuple((tuple(x.shape), str(x.dtype)) for x in tensors))
+    return (name, tuple((tuple(_size_expr(d) for d in x.shape), str(x.dtype)) for x in tensors))
 
 
 def _remember_location(name: str, args: tuple, kwargs: dict) -> None:

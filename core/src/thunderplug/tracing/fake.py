@@ -147,9 +147,10 @@ def to_fake(tree: Any) -> Any:
 def value_key(value: Any) -> Any:
     """How one argument enters a cache key of traced ops: a tensor by its shape, dtype, device and
     requires_grad and noted memory layout, a number or constant by its value (containers frozen).
-    Raises ``TypeError`` for what cannot be a key (a real tensor constant)."""
+    Raises ``TypeError`` for what cannot be a key (a real tensor constant, a symbolic size)."""
     if isinstance(value, TensorProxy):
-        return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad, memory_order_of(value))
+        shape = tuple(frozen(s) for s in value.shape)
+        return ("tensor", shape, value.dtype, value.device, value.requires_grad, memory_order_of(value))
     if isinstance(value, NumberProxy):
         return ("number", type(value.value), value.value)
     return ("constant", type(value), frozen(value))
@@ -163,6 +164,10 @@ def frozen(value: Any) -> Any:
         return (type(value).__name__, tuple(frozen(v) for v in value))
     if isinstance(value, torch.Tensor):
         raise TypeError("tensors are not metadata")
+    if isinstance(getattr(value, "sym", None), torch.SymInt):
+        # a tracked size (caching.dynamic_sizes): its value is this call's only, and hashing it would record
+        # a specialization; what is computed from it is cached per compilation, where at all
+        raise TypeError("a symbolic size is no process-wide key")
     return value
 
 
