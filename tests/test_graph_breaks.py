@@ -388,3 +388,28 @@ def test_hooks_registered_inside_forward_run_as_in_eager(kind):
     torch.testing.assert_close(actual, expected, rtol=0, atol=0)
     with pytest.raises((AttributeError, RuntimeError, AssertionError)):  # stock thunder: refused or ignored
         torch.testing.assert_close(_train_hooked(thunder.jit, kind), expected, rtol=0, atol=0)
+
+
+def masked_assignment(x, w):
+    """``a[mask] = value`` with a value requiring grad, in a trace (no break): its gradient, ``g[mask]`` summed
+    to the value's shape (fixes' ``boolean_mask_setitem_grad``)."""
+    z = torch.zeros(5, 6)
+    z[x > 0] = w.sum()
+    return (z * x).sum()
+
+
+def intersections(x, w):
+    """torchvision's ``_loss_inter_union``: an update of a tensor made before the break (not requiring grad) by
+    values requiring grad, read after the graph (graph_breaks' ``_eager_where_inputs_gain_grad``)."""
+    lo, hi = (x * w).unbind(-1)[:2]
+    inter = torch.zeros_like(lo)
+    mask = hi > lo
+    inter[mask] = hi[mask] - lo[mask]
+    return (inter * 3 + lo).sum()
+
+
+@pytest.mark.parametrize("fn", [masked_assignment, intersections])
+def test_masked_assignments_of_values_requiring_grad(fn):
+    jitted = thunder.jit(fn, executors=thunderplug.discover())
+    for seed in range(3):
+        _assert_same_as_eager(fn, jitted, _inputs(seed))

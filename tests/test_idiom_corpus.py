@@ -25,10 +25,7 @@ ALL = {entry.name: entry for entry in all_idioms(heavy=True)}
 SELECTED = [entry.name for entry in all_idioms()]
 
 #: program -> its measured failure under discover() (from the report's table)
-XFAIL: dict[str, str] = {
-    "vision/sigmoid_focal_loss-generalized_box_iou_loss":
-        "loud: DataDependentShapeError: x[mask] (indexing a tensor with a boolean mask) has a data-dependent ...",
-}  # fmt: skip
+XFAIL: dict[str, str] = {}
 #: programs equal to eager when run alone (docs/idioms.md) but not after the programs before them in this
 #: file: xfail(strict=False) until the state one of them leaves behind is found
 ORDER_DEPENDENT: dict[str, str] = {}

@@ -9,9 +9,9 @@ strict xfails so that a fix shows up here (docs/known-issues.md, "Known silent")
   seen by a call relying on it.
 - An output computed only from a view made under ``no_grad`` of a tensor requiring grad: eager's requires grad,
   thunder's does not (no input gets a gradient, so thunder makes no backward).
-- Aliased views: in a function with an in-place op, thunder replaces every input sharing a storage with the first
-  such input (``replace_args_with_alias_map``), so two different views of one tensor (``unbind`` columns) read as
-  one."""
+
+The aliased views once recorded here (two views of one tensor passed as two arguments) are fixed:
+tests/test_aliased_inputs.py."""
 
 import types
 from collections.abc import Callable
@@ -79,7 +79,6 @@ class _Box:
 
 DEFAULTS = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 reads default values as constants (stock thunder too)")
 NO_GRAD_VIEW = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 makes no backward where no input gets a gradient")
-ALIASES = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 merges inputs sharing a storage (stock thunder too)")
 
 
 def _grads_of(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], *args: Any, **kwargs: Any) -> list:
@@ -254,20 +253,3 @@ def test_an_output_computed_only_from_a_view_made_under_no_grad():
     assert actual.requires_grad == expected.requires_grad  # False where eager says True
     actual.sum().backward()
     assert x.grad is None
-
-
-def _update_then_combine(index, mask, value, second, first):
-    index[mask] = value
-    return second - first * 2 + index.sum()
-
-
-@ALIASES
-def test_two_views_of_one_tensor_in_a_function_with_an_in_place_op():
-    base = torch.tensor([[1.0, 3.0], [2.0, 5.0]])
-    first, second = base.unbind(-1)
-
-    def call(fn):
-        return fn(torch.zeros(2), torch.tensor([True, False]), torch.tensor(1.0), second, first)
-
-    jitted = thunder.jit(_update_then_combine, executors=thunderplug.discover())
-    torch.testing.assert_close(call(jitted), call(_update_then_combine), rtol=0, atol=0)  # [-2, -4] where eager: [2, 2]

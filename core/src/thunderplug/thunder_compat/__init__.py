@@ -196,3 +196,11 @@ def printable_value_types() -> dict[type, Callable[[Any], str]]:
     from thunder.core.baseutils import _printable_value_types
 
     return _printable_value_types
+
+
+def cache_info() -> dict[str, Any]:
+    """The key thunder's ``populate_cache_info`` builds for the call being looked up (its prologue checks each
+    entry): the dict of the innermost ``_with_cache_info_ctx`` in progress."""
+    import thunder
+
+    return thunder._get_cache_info()

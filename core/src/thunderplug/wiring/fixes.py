@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from thunder.core import prims
+from thunder.core import dtypes, prims
 from thunder.core.codeutils import SigInfo
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, interpreter_needs_wrap, unwrap, wrap_const
@@ -381,6 +381,43 @@ def _nested_joint(bsym: Any) -> Callable[..., Any]:
         return result
 
     return joint
+
+
+def _masked_cotangent(g: torch.Tensor, index: Any, shape: tuple[int, ...]) -> torch.Tensor:
+    """``g[index]`` summed to ``shape`` (the value was broadcast to the selected elements), as eager's
+    ``IndexPutBackward`` gives the value its gradient."""
+    selected = g[index]
+    while selected.dim() > len(shape):
+        selected = selected.sum(0)
+    dims = [i for i, size in enumerate(shape) if size == 1 and selected.shape[i] != 1]
+    return selected.sum(dims, keepdim=True) if dims else selected
+
+
+#: the gradient of the value of ``a[mask] = value``: a shape the trace knows (the value's), computed opaquely,
+#: since the elements it selects (``g[mask]``) are a data-dependent shape for a thunder trace
+masked_cotangent = torchex.ex.register_operator(
+    "masked_cotangent", meta=lambda g, index, shape: TensorProxy(like=g, shape=shape), fn=_masked_cotangent
+)
+
+
+def boolean_mask_setitem_grad(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's gradient of ``a[mask] = value`` (``copy_with_setitem``) gives the value ``g[mask]``, which a
+    thunder trace refuses (a boolean mask's selection has a data-dependent shape): the forward traced, and its
+    gradient raised ``DataDependentShapeError`` again in the graphs Dynamo captured after a graph break
+    (torchvision's ``_loss_inter_union``: ``inter[mask] = (x2[mask] - x1[mask]) * ...``). Its shape is the value's
+    (the forward checked it): the gradient is :data:`masked_cotangent`, run by torch."""
+
+    def rule(a: TensorProxy, index: Any, value: Any) -> TensorProxy:
+        masks = [i for i in tree_flatten(index)[0] if isinstance(i, TensorProxy) and i.dtype is dtypes.bool8]
+        if not active() or not isinstance(value, TensorProxy) or not masks:
+            return original(a, index, value)
+        result = prims.copy_with_setitem(a, index, value)
+        g = get_grad(result)
+        put_grad(a, prims.copy_with_setitem(g, index, 0))
+        put_grad(value, masked_cotangent(g, index, tuple(value.shape)))
+        return result
+
+    return rule
 
 
 def index_put_backward(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:

@@ -24,6 +24,7 @@ Dynamo could not run it.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -63,8 +64,9 @@ class _Broken:
             if region is None:
                 compiled = jit_graph(graph, options)
                 parts.append(compiled)
-                return compiled
-            return _split_around(graph, region, options, parts)
+            else:
+                compiled = _split_around(graph, region, options, parts)
+            return _eager_where_inputs_gain_grad(graph, compiled)
 
         self.run = _compiled(compile_data.fn, backend)
         self.parts = parts
@@ -85,6 +87,38 @@ class _Broken:
 
         entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
         return entry, [args, kwargs], ()
+
+
+def _requires_grad(value: Any) -> bool:
+    return isinstance(value, torch.fx.Node) and bool(getattr(value.meta.get("example_value"), "requires_grad", False))
+
+
+def _eager_where_inputs_gain_grad(graph: torch.fx.GraphModule, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled``, except for a call where ``graph`` updates in place an input not requiring grad with a value
+    that does (``inter[mask] = (x2[mask] - x1[mask]) * ...`` on ``inter = torch.zeros_like(x1)`` made before the
+    break, in torchvision's ``_loss_inter_union``): in eager the input then requires grad and its later reads send
+    gradients through the update, but a thunder trace updates only the input's memory, so the code after the graph
+    sent none (generalized_box_iou_loss's box gradients 0.2 off). Such a call runs the graph as Dynamo captured it,
+    eagerly."""
+    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
+    updated = set()
+    for node in graph.graph.nodes:
+        if not node.args or node.args[0] not in placeholders:
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        in_place = node.target is operator.setitem or (name.endswith("_") and not name.endswith("__"))
+        if in_place and any(_requires_grad(a) for a in (*node.args[1:], *node.kwargs.values())):
+            updated.add(placeholders.index(node.args[0]))
+    if not updated:
+        return compiled
+
+    def call(*args: Any) -> Any:
+        if torch.is_grad_enabled() and any(isinstance(args[i], torch.Tensor) and not args[i].requires_grad
+                                           for i in updated):
+            return graph(*args)
+        return compiled(*args)
+
+    return call
 
 
 def _unbacked(node: torch.fx.Node) -> bool:

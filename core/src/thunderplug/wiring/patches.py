@@ -42,6 +42,7 @@ from torch._dynamo.mutation_guard import GenerationTracker
 
 from thunderplug.caching import dynamic_sizes
 from thunderplug.eager import (
+    aliased_inputs,
     compile_branches,
     distributions,
     functorch_transforms,
@@ -55,6 +56,7 @@ from thunderplug.subclass import distributed, interception
 from thunderplug.subclass.executor import active_core_executor, drop_kept_decompositions, uses_core_executor
 from thunderplug.subclass.values import subclass_flatten
 from thunderplug.thunder_compat import (
+    cache_info,
     default_lookaside,
     default_lookaside_map,
     default_opcode_handler_map,
@@ -468,13 +470,25 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.thunderfx",),
     ),
     Patch(
+        "aliased inputs: keyed by view", thunder, "_with_cache_info_ctx",
+        lambda original: aliased_inputs.keyed_by_view(
+            original, cache_info, uses_core_executor, speedups._closure_value),
+        "discover() compilations",
+        "thunder bug: thunder's key of a call records which arguments share a storage, not whether they are the "
+        "same view, so a compilation that merged two arguments as one tensor served calls passing two views of one "
+        "tensor: the key records which arguments sharing a storage are the same view (storage offset, shape, "
+        "strides, dtype). Innermost of the wrappers of `_with_cache_info_ctx`.",
+        features=("eager.aliased_inputs",),
+    ),
+    Patch(
         "symbolic sizes: cache lookup", thunder, "_with_cache_info_ctx",
         lambda original: dynamic_sizes.symbolic_calls(original, uses_core_executor),
         "discover() compilations",
         "thunder 0.2.6 traces static shapes: every new input size is a full compilation. A call whose cache "
         "lookup a template's re-specialization answered looks the cache up again (it now holds the concrete "
         "entry); a compilation that tracked dynamic dimensions keeps its entry as a template "
-        "(docs/dynamic_shapes.md). Innermost of the wrappers of `_with_cache_info_ctx`.",
+        "(docs/dynamic_shapes.md). Around \"aliased inputs: keyed by view\", inside the other wrappers of "
+        "`_with_cache_info_ctx`.",
         features=("caching.dynamic_sizes",),
     ),
     Patch(
@@ -1094,6 +1108,15 @@ PATCHES: tuple[Patch, ...] = (
         for method in fixes.BACKWARD_HOOK_SETUPS
     ),
     Patch(
+        "boolean mask setitem gradient", grad_fn_map(), PrimIDs.COPY_WITH_SETITEM,
+        lambda original: fixes.boolean_mask_setitem_grad(original, lambda: active_core_executor() is not None),
+        "discover() compilations",
+        "thunder limit: the value's gradient of `a[mask] = value` is `g[mask]`, a data-dependent shape a trace "
+        "refuses, so the forward traced and its gradient raised (after a graph break too: torchvision's "
+        "`generalized_box_iou_loss`); it has the value's shape and is computed by torch (`masked_cotangent`).",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "index_put backward", backward_impls, "torch.index_put",
         lambda original: fixes.index_put_backward(original, lambda: active_core_executor() is not None),
         "discover() compilations",
@@ -1144,6 +1167,25 @@ PATCHES: tuple[Patch, ...] = (
         "torch executor runs as `torch.zeros()` (`TypeError: zeros() received an invalid combination of arguments`: "
         "the backward of `torch.var_mean(x)[0]`, of `torch.aminmax(x).max`); it runs `torch.zeros(())`.",
         features=("wiring.fixes",),
+    ),
+    Patch(
+        "aliased inputs: merged only when the same view", thunder, "insert_alias_updates",
+        lambda original: aliased_inputs.merged_by_view(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: in a function with an in-place op, thunder replaces every input sharing a storage with the "
+        "first (`replace_args_with_alias_map`), so two different views passed as two arguments read as one "
+        "(`base.unbind(-1)`'s columns: `[-2, -4]` where eager gives `[2, 2]`), and its groups, positions among the "
+        "call's arguments, were applied to the computation's inputs (an unused argument shifted them). Inputs are "
+        "found from their provenance; only the same views of arguments are merged; any other input sharing memory "
+        "(another view, a module's parameter passed as an argument) stays an input linked to the first of its "
+        "group (`aliased_input`), so thunder orders its reads after the other's in-place updates.",
+        features=("eager.aliased_inputs",),
+    ),
+    Patch(
+        "aliased inputs: links are views", update_aliases, "_is_view_creation_op", aliased_inputs.view_creation,
+        "discover() compilations",
+        "thunder's alias updates order the reads of a tensor's views after in-place updates of the tensor; "
+        "`aliased_input` (\"aliased inputs: merged only when the same view\") is one such view.",
+        features=("eager.aliased_inputs",),
     ),
     Patch(
         "insert_alias_updates", update_aliases, "insert_alias_updates", fixes.insert_alias_updates, "always",
