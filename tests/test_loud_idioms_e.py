@@ -163,3 +163,37 @@ def test_torch_normal_of_numbers_is_refused_by_line():
     jitted = thunder.jit(lambda x: x + torch.normal(0.0, 1.0, (3,)), executors=thunderplug.discover())
     with pytest.raises(NotImplementedError, match=r"torch.normal with numbers .*test_loud_idioms_e.py"):
         jitted(torch.zeros(3))
+
+
+class _EmptyStrided(nn.Module):
+    """``torch.empty_strided`` filled by ``copy_`` (a transposed layout), then used and returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        buf = torch.empty_strided((x.shape[0], 4), (1, x.shape[0]))
+        buf.copy_(self.lin(x).tanh())
+        return buf * 2, buf
+
+
+def test_empty_strided_trains_as_eager():
+    """Failed on main: 'Trying to call function torch.empty_strided, but it is not yet supported'."""
+    torch.manual_seed(0)
+    train_like_eager(_EmptyStrided(), [(torch.randn(3, 4),) for _ in range(3)])
+
+
+def test_empty_strided_has_eager_strides_and_refuses_requires_grad():
+    import thunder
+
+    import thunderplug
+
+    jitted = thunder.jit(lambda x: torch.empty_strided((2, 3), (1, 2)).copy_(x), executors=thunderplug.discover())
+    x = torch.randn(2, 3)
+    out = jitted(x)
+    assert out.stride() == (1, 2) and torch.equal(out, x)
+    refusing = thunder.jit(lambda x: x + torch.empty_strided((3,), (1,), requires_grad=True),
+                           executors=thunderplug.discover())
+    with pytest.raises(NotImplementedError, match="torch.empty_strided: only strided tensors"):
+        refusing(x)

@@ -9,7 +9,8 @@ registration runs ``F.unfold``'s fake kernel) and ``torch._weight_norm`` (``nn.u
 and ``nn.utils.weight_norm`` call it: ``not yet supported``) and ``F.embedding``/``nn.Embedding`` with ``max_norm``
 (``NotImplementedError``), and ``clone(memory_format=torch.contiguous_format)`` (``only preserve_format is currently
 supported``; ``parametrizations.spectral_norm`` clones its ``u``/``v`` so): a clone made contiguous; ``torch.eye``
-(not supported): :func:`_eye`. For
+(not supported): :func:`_eye`; ``torch.empty_strided`` (not supported): the operator ``eager_empty_strided``, eager's
+function (its strides are not a trace's to compute). For
 ``embedding``'s ``max_norm`` the rows read are renormalized in place under no_grad by eager's ``embedding_renorm_``
 (the operator ``eager_embedding_renorm``, the identity for gradients, as eager's), then looked up by thunder's
 embedding.
@@ -28,7 +29,7 @@ from typing import Any
 
 import thunder.torch as ltorch
 import torch
-from thunder.core import dtypes
+from thunder.core import devices, dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor
@@ -158,6 +159,23 @@ def register(executor: OperatorExecutor) -> None:
     for function in (torch.clone, torch.Tensor.clone, ltorch.clone):
         executor._lookasides[function] = clone
     executor._lookasides[torch.eye] = _eye
+    empty_strided = executor.register_operator("eager_empty_strided", meta=_empty_strided_meta,
+                                               fn=torch.empty_strided)
+
+    def empty_strided_(size: Any, stride: Any, *, dtype: torch.dtype | None = None, layout: Any = None,
+                       device: Any = None, pin_memory: bool = False, requires_grad: bool = False) -> Any:
+        """``torch.empty_strided`` (thunder 0.2.6: ``not yet supported``): eager's function at its place in the trace,
+        so the tensor has eager's strides; other layouts, pinned memory and ``requires_grad`` stay refused."""
+        if layout not in (None, torch.strided) or pin_memory or requires_grad:
+            raise NotImplementedError(
+                "torch.empty_strided: only strided tensors without pin_memory or requires_grad are supported under "
+                "discover()"
+            )
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        device = torch.get_default_device() if device is None else torch.device(device)
+        return empty_strided(tuple(int(n) for n in size), tuple(int(n) for n in stride), dtype=dtype, device=device)
+
+    executor._lookasides[torch.empty_strided] = empty_strided_
 
     for function, symbol, lookaside in (
             (torch.round, ltorch.round, round_), (torch.index_add, ltorch.index_add, index_add),
@@ -167,6 +185,12 @@ def register(executor: OperatorExecutor) -> None:
         method = getattr(torch.Tensor, function.__name__, None)
         if method is not None:
             executor._lookasides[method] = lookaside
+
+
+def _empty_strided_meta(size: tuple[int, ...], stride: tuple[int, ...], *, dtype: torch.dtype,
+                        device: torch.device) -> TensorProxy:
+    return TensorProxy(shape=size, device=devices.to_device(device), dtype=dtypes.to_dtype(dtype),
+                       requires_grad=False)
 
 
 def _eye(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, layout: Any = None, device: Any = None,
