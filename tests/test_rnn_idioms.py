@@ -252,6 +252,35 @@ def test_packing_breaks_the_graph() -> None:
     assert len(record_for(thunder.compile_data(jitted)).graph_parts) == 1
 
 
+@pytest.mark.parametrize("layer", [nn.LSTM, nn.GRU, nn.RNN])
+def test_a_packed_sequence_passed_to_a_jitted_layer(layer) -> None:
+    """A PackedSequence argument (failed on main: 'TensorProxy had an unexpected type ... Supported types are int',
+    the layer's ``int(batch_sizes[0])``): the graph breaks at the layer's call, named with the user's line (the
+    jitted module's own call), and outputs, final state and gradients are eager's, three calls."""
+    from thunderplug.plugin_api.notices import ThunderplugWarning
+
+    runs = []
+    for compiled in (True, False):
+        torch.manual_seed(0)
+        model = layer(3, 4, batch_first=True, num_layers=2)
+        fn = thunder.jit(model, executors=thunderplug.discover()) if compiled else model
+        values = []
+        for step, lengths in enumerate(([5, 3], [4, 4], [5, 1])):
+            x = torch.randn(2, 5, 3, requires_grad=True)
+            packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+            if compiled and step == 0:
+                with pytest.warns(ThunderplugWarning, match=f"{layer.__name__} of a PackedSequence"):
+                    out, state = fn(packed)
+            else:
+                out, state = fn(packed)
+            state = state[0] if isinstance(state, tuple) else state
+            (out.data.sum() + (state * state).sum()).backward()
+            values += [out.data.detach(), state.detach(), x.grad, *(p.grad.clone() for p in model.parameters())]
+        runs.append(values)
+    for got, expected in zip(*runs, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("attr", ["H", "mH"])
 def test_adjoint_properties(attr: str) -> None:
     """``t.H``/``t.mH`` of real tensors are eager's transposes; eager's error for a tensor of too few dimensions."""

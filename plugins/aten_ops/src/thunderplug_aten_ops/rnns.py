@@ -23,8 +23,9 @@ Packed sequences: ``pack_padded_sequence`` (``pack_sequence``, ``torch._pack_pad
 shapes are the lengths' values (``batch_sizes``, the packed data's length), which a thunder 0.2.6 trace cannot
 hold; the graph breaks at the packing (``wiring.graph_breaks``), thunder compiling the code before it. Dynamo
 itself runs the rest of that frame eagerly ("Dynamo does not support RNN, GRU, or LSTM"): the packing, the layer and
-``pad_packed_sequence`` are eager's. A ``PackedSequence`` passed into a jitted layer, or the packed form of
-``torch.lstm`` called directly, stays thunder's error (loud).
+``pad_packed_sequence`` are eager's. A ``PackedSequence`` passed into a jitted layer breaks the graph at the layer's
+call the same way (:func:`_break_at_packed_input`); the packed form of ``torch.lstm`` called directly stays thunder's
+error (loud).
 """
 
 from __future__ import annotations
@@ -196,11 +197,28 @@ def _caller_location() -> str:
     return ""
 
 
+def _break_at_packed_input(module: nn.RNNBase) -> None:
+    """A layer called with a ``PackedSequence`` it did not pack (an argument of the jitted function): its
+    ``batch_sizes`` are the lengths' values, which the layer reads as sizes; the graph breaks at the layer's call, as
+    at a packing (``RNNBase.forward`` calls ``_update_flat_weights`` first, with the input in its frame)."""
+    frames = get_interpreterruntimectx().frame_stack
+    frame = frames[-1] if frames else None
+    if frame is None or "input" not in frame.code.co_varnames[:frame.code.co_argcount]:
+        return
+    value = unwrap(frame.localsplus[frame.code.co_varnames.index("input")])
+    if isinstance(value, rnn_utils.PackedSequence):
+        location = _caller_location()
+        name = f"{type(module).__name__} of a PackedSequence"
+        raise DataDependentShapeError(
+            f"{name}{location}: the packed sequence's shapes are its lengths' values", op=name, location=location)
+
+
 def _update_flat_weights(module: nn.RNNBase) -> None:
     """``nn.RNNBase._update_flat_weights`` in the interpreted program: nothing, where ``_flat_weights`` are the
     module's parameters (thunder then proxies that list's tensors as inputs). Where they are not (a weight of a
     parametrization, computed at each read, or one replaced past ``RNNBase.__setattr__``), eager rebuilds the list
     at each call: refused by name and line rather than computed from other weights."""
+    _break_at_packed_input(module)
     if parametrize.is_parametrized(module):
         raise NotImplementedError(
             f"{type(module).__name__}{_caller_location()}: a recurrent layer with a parametrization on its weights "
