@@ -92,6 +92,40 @@ def test_values_computed_under_no_grad_carry_no_gradient():
         actual[0].sum().backward()
 
 
+def _from_a_no_grad_view(x, w):
+    with torch.no_grad():
+        v = x.view(-1)
+    return v * 2, (v * 3).view(2, 3).sum(0), x.detach() * 2
+
+
+def _only_an_unused_input_requires_grad(x, w):
+    return x * 2, x
+
+
+@pytest.mark.parametrize("fn", [_from_a_no_grad_view, _only_an_unused_input_requires_grad], ids=["view", "unused"])
+def test_outputs_without_any_gradient_to_an_input_require_grad_as_in_eager(fn):
+    """eager: a view made under ``no_grad`` of a tensor requiring grad requires grad (a leaf without ``grad_fn``),
+    so ``v * 2`` does too, its backward leading nowhere (no input gets a gradient, and none is an error). thunder
+    (stock too) makes no backward when no input gets a gradient, so every output said False and a backward of
+    ``v * 2`` raised "does not require grad". Where nothing requires grad (``x * 2`` of an input without grad
+    beside an unused ``w`` requiring grad), eager's False stays."""
+    x, w = torch.randn(2, 3, requires_grad=fn is _from_a_no_grad_view), torch.randn(3, requires_grad=True)
+    expected = fn(x, w)
+    actual = _run(fn, x, w, executors=thunderplug.discover())
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for outputs in (expected, actual):
+        differentiable = [o.sum() for o in outputs if o.requires_grad]
+        if differentiable:
+            sum(differentiable).backward()
+        assert x.grad is None and w.grad is None
+    for got, want in zip(actual, expected):
+        if not want.requires_grad:
+            with pytest.raises(RuntimeError, match="does not require grad"):
+                got.sum().backward()
+
+
 # --- the grad mode of the joint trace is the one the function ends in: eager's answer regardless ---
 
 EXECUTORS = [pytest.param(None, id="stock"), pytest.param("discover", id="discover")]

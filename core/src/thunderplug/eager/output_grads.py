@@ -19,8 +19,10 @@ and at ops the caller names (reads of a subclass's inner tensors); a view (:data
 are, in the joint trace (outputs match by position), passed through a ``mark_non_differentiable``
 op, which flags the tensor at run time; thunder's autograd Functions (patched in
 ``wiring.patches``) then pass the flagged outputs to ``ctx.mark_non_differentiable``, as a
-hand-written Function would. The analysis is conservative: where it cannot tell, the output keeps
-thunder's answer, True.
+hand-written Function would. Where no input gets a gradient but an output is reached (computed from such a
+view), thunder would make no backward and return every output not requiring grad: the joint trace gets a backward
+op computing nothing (``leads_nowhere``), so that it makes one. The analysis is conservative: where it cannot
+tell, the output keeps thunder's answer, True.
 
 The same analysis answers, while thunder's autodiff runs, which values of the trace require grad
 (:func:`requires_grad`). thunder cannot: a ``TensorProxy``'s ``requires_grad`` is set on the inputs
@@ -70,6 +72,12 @@ def _flagged_dirty(tensor: torch.Tensor) -> torch.Tensor:
 #: split of the joint trace keeps it in the forward (it places ops by what their outputs feed).
 mark_non_differentiable = pythonex.register_operator(
     "mark_non_differentiable", meta=lambda tensor: TensorProxy(like=tensor), fn=_flagged
+)
+
+#: ``leads_nowhere(cotangent)``: nothing. A backward op that no dce drops, so that thunder's split of the joint
+#: trace makes a backward (returning no gradient) where an output requires grad without any input getting one
+leads_nowhere = pythonex.register_operator(
+    "leads_nowhere", meta=lambda cotangent: None, fn=lambda cotangent: None, tags=[prims.OpTags.DONT_DCE]
 )
 
 #: ``t = mark_dirty(t0)``: ``t0`` itself, flagged: an input of the function updated in place and returned
@@ -266,7 +274,16 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
     joint_outputs, spec = tree_flatten(results["fw_flat_out"])
     if len(outputs) != len(joint_outputs):
         return joint
-    unreached_positions = _unreached(trace, returned.args[0], results["output"], outputs, cuts)
+    reached = _reached(trace, returned.args[0], results["output"], cuts)
+    inputs = {variableify(a) for a in returned.args[0]["flat_args"] if isinstance(a, TensorProxy)}
+    unreached_positions = [
+        i for i, out in enumerate(outputs) if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
+    ]
+    # outputs computed only from a view made under no_grad: eager's require grad, their backward leading nowhere
+    # (not where such a view is itself an output: a backward would make it a non-leaf where eager's is a leaf)
+    reaching = [i for i, out in enumerate(outputs) if isinstance(out, TensorProxy) and variableify(out) in reached]
+    nowhere = [] if any(g is not None for g in tree_flatten(results["output"])[0]) or any(
+        _detached(outputs[i]) for i in reaching) else [joint_outputs[i] for i in reaching]
     marks = {
         variableify(joint_outputs[i]): mark_non_differentiable
         for i in unreached_positions
@@ -276,7 +293,7 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
     for i, out in enumerate(joint_outputs):
         if i not in unreached_positions and isinstance(out, TensorProxy) and variableify(out) in updated:
             marks.setdefault(variableify(out), mark_dirty)
-    if not marks:
+    if not marks and not nowhere:
         return joint
     marked = from_trace(joint)
     swap: dict = {}
@@ -291,29 +308,24 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
                     swap[variableify(out)] = marks[variableify(out)](out)
                     marked.bound_symbols.extend(marked.pop_scope())
         flat_outputs = [swap.get(variableify(o), o) if isinstance(o, TensorProxy) else o for o in joint_outputs]
+        if nowhere and isinstance(nowhere[0], TensorProxy):
+            leads_nowhere(prims.get_grad(swap.get(variableify(nowhere[0]), nowhere[0])))
         new_results = {**results, "fw_flat_out": tree_unflatten(flat_outputs, spec)}
         marked.bound_symbols.append(joint_returned.from_bsym(args=(new_results, *joint_returned.args[1:])))
     return marked
 
 
-def _unreached(
-    trace: TraceCtx, results: dict, grads: Any, outputs: list, cuts: Callable[[BoundSymbol], bool]
-) -> list[int]:
-    """The positions of the tensor ``outputs`` of ``trace`` that no input requiring grad reaches."""
+def _reached(trace: TraceCtx, results: dict, grads: Any, cuts: Callable[[BoundSymbol], bool]) -> set:
+    """The values of ``trace`` an input requiring grad reaches (and the inputs thunder's autodiff computes a
+    gradient for, ``grads``)."""
     flat_args = results["flat_args"]
-    inputs = {variableify(a) for a in flat_args if isinstance(a, TensorProxy)}
-    # the inputs that require grad, and those thunder's autodiff computes a gradient for (``grads``)
     reached = {
         variableify(arg)
         for arg, grad in zip(flat_args, grads)
         if _carries_grad(arg) and (arg.requires_grad or grad is not None)
     }
     _follow(trace.bound_symbols[:-1], reached, set(), cuts)
-    return [
-        i
-        for i, out in enumerate(outputs)
-        if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
-    ]
+    return reached
 
 
 def _updated_inputs(joint: TraceCtx) -> set:
