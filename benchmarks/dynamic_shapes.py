@@ -8,11 +8,11 @@ under eager, ``thunder.jit(executors=discover())``, stock ``thunder.jit``, ``tor
 Models: the GPT of ``benchmarks/gpt_model.py`` (4 layers, d 256, 4 heads, vocab 512, batch 4), HF
 ``LlamaForCausalLM`` (tiny config, random init) and the float8 GPT (the same GPT through torchao's
 ``convert_to_float8_training``, oneDNN off as in ``benchmarks/gpt_float8.py``). Each trains ``--steps`` AdamW steps
-from seed 0 whose sequence lengths are drawn from [16, 128] (``random.Random(0)``; multiples of 16 for the float8
-GPT, whose ``_scaled_mm`` needs them), the last batch a partial one (batch 3 instead of 4: the last batch of an
-epoch). ``generate()``: the tiny Llama (weights drawn wide, so that no greedy choice is a near tie), greedy, without a
-static cache (transformers' DynamicCache grows every token), ``--new-tokens`` tokens after an 8-token prompt,
-``model.forward`` compiled.
+from seed 0 whose sequence lengths are drawn from [16, 128] (``random.Random(0)``; the float8 GPT's too: on CPU,
+oneDNN off, ``_scaled_mm`` takes any number of rows), the last batch a partial one (batch 3 instead of 4: the last
+batch of an epoch). ``generate()``: the tiny Llama (weights drawn wide, so that no greedy choice is a near tie),
+greedy, without a static cache (transformers' DynamicCache grows every token), ``--new-tokens`` tokens after an
+8-token prompt, ``model.forward`` compiled.
 
 Every (model, variant) runs in a fresh worker process (thunderplug's structure sharing and Dynamo's caches are
 process-wide), with an empty ``TORCHINDUCTOR_CACHE_DIR``; one run, the variants' order rotating per model. Per cell:
@@ -113,17 +113,17 @@ def llama_vocab(quick: bool) -> int:
     return 64 if quick else 512
 
 
-def lengths(steps: int, *, multiple: int = 1, seed: int = 0) -> list[int]:
-    """The sequence length of each step, drawn uniformly from [16, 128] (multiples of ``multiple``)."""
+def lengths(steps: int, *, seed: int = 0) -> list[int]:
+    """The sequence length of each step, drawn uniformly from [16, 128]."""
     rng = random.Random(seed)
-    return [rng.randrange(MIN_LEN, MAX_LEN + 1, multiple) for _ in range(steps)]
+    return [rng.randrange(MIN_LEN, MAX_LEN + 1) for _ in range(steps)]
 
 
 def batches(model: str, steps: int, batch: int, vocab: int, *, partial_last: bool = True, seed: int = 0):
     """``steps`` (tokens, targets) pairs, lengths from :func:`lengths`, the last batch of size 3 (partial)."""
     generator = torch.Generator().manual_seed(seed)
     out = []
-    for i, length in enumerate(lengths(steps, multiple=16 if model == "gpt-fp8" else 1, seed=seed)):
+    for i, length in enumerate(lengths(steps, seed=seed)):
         size = PARTIAL_BATCH if partial_last and i == steps - 1 and batch > PARTIAL_BATCH else batch
         tokens = torch.randint(0, vocab, (size, length + 1), generator=generator)
         out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
@@ -325,10 +325,9 @@ def measure(args) -> list[str]:
         else:
             names = {"gpt": "GPT (benchmarks/gpt_model.py)", "llama": "HF LlamaForCausalLM (tiny)",
                      "gpt-fp8": "float8 GPT (torchao, tensorwise)"}
-            multiple = " (multiples of 16)" if task == "gpt-fp8" else ""
-            distinct = len(set(lengths(args.steps, multiple=16 if task == "gpt-fp8" else 1)))
+            distinct = len(set(lengths(args.steps)))
             title = (f"{names[task]}{' (tiny, --quick)' if args.quick else ''}: {args.steps} AdamW steps, lengths "
-                     f"from [16, 128]{multiple}, {distinct} distinct, the last batch partial (3)")
+                     f"from [16, 128], {distinct} distinct, the last batch partial (3)")
             tables.append(table(title, ordered, "losses"))
         print(tables[-1] + "\n", flush=True)
     return tables

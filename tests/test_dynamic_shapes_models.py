@@ -221,13 +221,29 @@ def test_generate_with_a_growing_cache_gives_eagers_tokens(generated):
     assert torch.equal(tokens, expected)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 44: one compilation per cache length (measured: 5 for 5 new tokens, "
-                   "16 for 16: the prompt, then each decoding step's new cache size): the growing tensors are the "
-                   "DynamicCache's, which the prologue reads through attributes, and dynamic_sizes tracks the dims "
-                   "of the flat inputs only (the new token's input_ids is (1, 1), size 1: never tracked)")
 def test_generate_with_a_growing_cache_compiles_at_most_three_times(generated):
-    _, _, compilations, _ = generated
+    """The DynamicCache's keys and values are tracked through its attributes (``input 1.layers[0].keys dim 2``):
+    the prompt and the first decoding step compile static, the second with the cache length symbolic, every
+    later token is re-specialized (the new token's input_ids, (1, 1), is never tracked)."""
+    _, _, compilations, new_tokens = generated
     assert compilations <= AT_MOST, compilations
+    assert compilations < new_tokens
+
+
+def test_generate_again_with_another_prompt_length_gives_eagers_tokens():
+    """A second generate() on the same compiled forward with a longer prompt: the prompt's length (seen twice)
+    is then tracked, with an empty cache, and decoding re-specializes the cache template for other lengths."""
+    model = bench.llama(True, use_cache=True, initializer_range=0.3).eval()
+    reference = copy.deepcopy(model)
+    model.forward = thunder.jit(model.forward, executors=thunderplug.discover())
+    options = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
+    generator = torch.Generator().manual_seed(3)
+    for length in (8, 12, 5):
+        prompt = torch.randint(0, bench.llama_vocab(True), (1, length), generator=generator)
+        with torch.no_grad():
+            expected, tokens = reference.generate(prompt, **options), model.generate(prompt, **options)
+        assert torch.equal(tokens, expected), (length, tokens, expected)
+    assert bench.respecializations(model.forward) >= 1
 
 
 # -- graph breaks (issue 44 item 3) -----------------------------------------------------------------

@@ -50,7 +50,7 @@ class Symbolic:
 
     env: ShapeEnv
     hints: dict[sympy.Symbol, int] = field(default_factory=dict)
-    sources: dict[sympy.Symbol, list[tuple[int, int]]] = field(default_factory=dict)  # (flat input, dim)
+    sources: dict[sympy.Symbol, list[tuple[str, int]]] = field(default_factory=dict)  # (input, dim): _inputs
     by_tensor: dict[int, dict[int, SizeInt]] = field(default_factory=dict)  # id(tensor) -> dim -> size
     guards: list[tuple[sympy.Basic, bool]] = field(default_factory=list)
     specialized: dict[sympy.Symbol, str] = field(default_factory=dict)  # symbol -> why (the user's line)
@@ -174,6 +174,19 @@ class NumelSize(SizeInt):
         return self
 
 
+class _NumelMethod:
+    """The user's ``t.numel`` of a tracked proxy: a method, as in eager, whose call is the symbolic count (a
+    NumelSize itself would be hashed as the callee by the interpreter's lookups, a specialization)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: NumelSize) -> None:
+        self.size = size
+
+    def __call__(self) -> NumelSize:
+        return self.size
+
+
 def tracked_numel(original: Callable[..., Any]) -> Callable[..., Any]:
     """thunder's ``TensorProxy.__getattr__``: ``numel`` of a proxy whose element count is a SizeInt is a
     :class:`NumelSize` (metas read it: softmax's ``a.numel == 0``); every other attribute is thunder's."""
@@ -265,7 +278,7 @@ del _name
 #: (they run sympy)
 METHODS = tuple(
     value for name, value in vars(SizeInt).items() if callable(value) and name.startswith("__") and name != "__new__"
-) + (NumelSize.__call__, _numel_size)
+) + (NumelSize.__call__, _numel_size, _NumelMethod.__call__)
 
 
 def specialized_range(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -344,7 +357,7 @@ def symbolic_slice_grad(original: Callable[..., Any]) -> Callable[..., Any]:
 class _Function:
     """Per jitted function (weakly keyed by its CompileData): sizes compiled per (flat input, dim), templates."""
 
-    seen: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    seen: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     templates: list[Template] = field(default_factory=list)
     full: int = 0
     respecialized: int = 0
@@ -365,18 +378,53 @@ def _function(compile_data: Any) -> _Function:
         return found
 
 
-def _leaves(args: tuple, kwargs: dict) -> list[Any]:
-    return tree_flatten((args, kwargs))[0]
+def _inputs(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's inputs by where they are: each flat input by its index (``"0"``), and each plain tensor an
+    input object holds in its attributes, lists and dicts (a DynamicCache's keys and values, which grow every
+    token) by its path (``"1.layers[0].keys"``). Modules are not entered (their tensors are parameters and
+    buffers, read as the module's)."""
+    found: dict[str, Any] = {}
+    for index, leaf in enumerate(tree_flatten((args, kwargs))[0]):
+        found[str(index)] = leaf
+        if not isinstance(leaf, (torch.Tensor, torch.nn.Module, int, float, complex, str, bytes, type(None))):
+            _held(leaf, str(index), 0, found)
+    return found
 
 
-def dynamic_dims(compile_data: Any, args: tuple, kwargs: dict) -> dict[int, list[int]]:
-    """Note the sizes of this call's input tensors; return, per flat input, the dims to track: those seen
-    with two or more sizes and those marked with ``torch._dynamo.mark_dynamic``. Sizes 0 and 1 are not
-    tracked (broadcasting and empty tensors trace differently)."""
+#: how deep :func:`_inputs` looks into an input object, and the most tensors it notes there
+_HELD_DEPTH, _HELD_MOST = 4, 256
+
+
+def _held(value: Any, path: str, depth: int, found: dict[str, Any]) -> None:
+    if len(found) >= _HELD_MOST or depth > _HELD_DEPTH:
+        return
+    if type(value) is torch.Tensor:
+        if depth:
+            found[path] = value
+        return
+    if isinstance(value, (list, tuple)):
+        items: Any = ((f"[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, dict):
+        items = ((f"[{k!r}]", v) for k, v in value.items() if isinstance(k, (str, int)))
+    elif isinstance(value, (torch.Tensor, torch.nn.Module, type)) or callable(value):
+        return
+    else:
+        try:
+            items = ((f".{k}", v) for k, v in vars(value).items())
+        except TypeError:  # no __dict__
+            return
+    for suffix, item in list(items):
+        _held(item, path + suffix, depth + 1, found)
+
+
+def dynamic_dims(compile_data: Any, args: tuple, kwargs: dict) -> dict[str, list[int]]:
+    """Note the sizes of this call's input tensors (:func:`_inputs`); return, per input, the dims to track:
+    those seen with two or more sizes and those marked with ``torch._dynamo.mark_dynamic``. Sizes 0 and 1
+    are not tracked (broadcasting and empty tensors trace differently)."""
     function = _function(compile_data)
-    chosen: dict[int, list[int]] = {}
+    chosen: dict[str, list[int]] = {}
     with function.lock:
-        for index, leaf in enumerate(_leaves(args, kwargs)):
+        for index, leaf in _inputs(args, kwargs).items():
             if type(leaf) is not torch.Tensor:  # parameters, subclasses and non-tensors stay static
                 continue
             marked = getattr(leaf, "_dynamo_dynamic_indices", set())
@@ -394,7 +442,7 @@ def begin(compile_data: Any, args: tuple, kwargs: dict) -> Symbolic | None:
     if not dims:
         return None
     state = Symbolic(ShapeEnv(duck_shape=False, specialize_zero_one=False))
-    leaves = _leaves(args, kwargs)
+    leaves = _inputs(args, kwargs)
     for index, tensor_dims in dims.items():
         tensor = leaves[index]
         sizes = state.by_tensor.setdefault(id(tensor), {})
@@ -412,10 +460,10 @@ def begin(compile_data: Any, args: tuple, kwargs: dict) -> Symbolic | None:
     return state
 
 
-def _Source(index: int, dim: int) -> Any:  # noqa: N802 - a constructor
+def _Source(index: str, dim: int) -> Any:  # noqa: N802 - a constructor
     from torch._dynamo.source import ConstantSource
 
-    return ConstantSource(f"input{index}_dim{dim}")
+    return ConstantSource("".join(c if c.isalnum() else "_" for c in f"input{index}_dim{dim}"))
 
 
 def end(state: Symbolic | None) -> None:
@@ -492,14 +540,15 @@ def _fusion_in(entry: Any) -> str:
 def guards_hold(template: Template, args: tuple, kwargs: dict) -> tuple[dict[sympy.Symbol, int] | None, str]:
     """The new value of each symbol when the call's sizes satisfy the template's guards (else ``None``),
     and why not."""
-    leaves = _leaves(args, kwargs)
+    leaves = _inputs(args, kwargs)
     values: dict[sympy.Symbol, int] = {}
     names = template.state.symbol_names()
     for symbol, sources in template.state.sources.items():
         for index, dim in sources:
-            if index >= len(leaves) or not isinstance(leaves[index], torch.Tensor) or leaves[index].ndim <= dim:
+            leaf = leaves.get(index)
+            if not isinstance(leaf, torch.Tensor) or leaf.ndim <= dim:
                 return None, f"input {index} has no dim {dim}"
-            size = int(leaves[index].shape[dim])
+            size = int(leaf.shape[dim])
             if values.setdefault(symbol, size) != size:
                 return None, f"{names[symbol]} is one size in the template, two here"
     substitution = {s: sympy.Integer(v) for s, v in values.items()}
@@ -925,9 +974,10 @@ def shape_of(t: torch.Tensor) -> tuple[int, ...]:
 
 def opaque_size_methods(original: Callable[..., Any]) -> Callable[..., Any]:
     """thunder's lookaside lookup, answering an opaque call for each of SizeInt's :data:`METHODS`."""
-    from thunder.core.interpreter import interpreter_needs_wrap
+    from thunder.core.interpreter import interpreter_needs_wrap, unwrap
 
     opaque = {method: interpreter_needs_wrap(method) for method in METHODS}
+    numel_of = interpreter_needs_wrap(lambda proxy, attr: _NumelMethod(_numel_size(proxy)))
 
     def replacement(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -937,7 +987,15 @@ def opaque_size_methods(original: Callable[..., Any]) -> Callable[..., Any]:
             found = thunders = None
         if thunders is not None:
             found = original(thunders, *args, **kwargs)
-            return found if found is not None else functools.partial(interpret_call, thunders)
+            attribute = found if found is not None else functools.partial(interpret_call, thunders)
+
+            def getattr_numel_first(proxy: Any, attr: Any, /, *rest: Any, **options: Any) -> Any:
+                # the user's ``t.numel()`` (a DynamicCache's ``keys.numel() == 0``): symbolic, as for metas
+                if unwrap(attr) == "numel" and _numel_size(unwrap(proxy)) is not None:
+                    return numel_of(proxy, attr)
+                return attribute(proxy, attr, *rest, **options)
+
+            return getattr_numel_first
         return found if found is not None else original(fn, *args, **kwargs)
 
     return replacement

@@ -510,7 +510,9 @@ PATCHES: tuple[Patch, ...] = (
         "SizeInt methods run opaquely", jit_ext, "general_jit_lookaside", dynamic_sizes.opaque_size_methods,
         "discover() compilations",
         "thunder's interpreter would interpret a SizeInt's methods (`+`, `<`, `int()`, ... and sympy below "
-        "them, slowly, recording nothing useful): they run as opaque calls.",
+        "them, slowly, recording nothing useful): they run as opaque calls. The program's own `t.numel` of a "
+        "proxy whose element count is a SizeInt is answered here too, with a method returning the symbolic count "
+        "(thunder's `_Numel` specializes it: a DynamicCache's `keys.numel() == 0`).",
         features=("caching.dynamic_sizes",),
     ),
     Patch(
