@@ -960,6 +960,12 @@ def symbolic_value_key(proxy: Any) -> Any:
     return ("tensor", shape, proxy.dtype, proxy.device, proxy.requires_grad, memory_order_of(proxy))
 
 
+def hint(size: int) -> int:
+    """A size's value in this call, recording nothing: only for choices every size is right with (how much a
+    trace saves for its backward), never for what a trace computes."""
+    return int.__int__(size)
+
+
 def compilation_cache(state: Symbolic, name: str) -> dict[Any, Any]:
     """A cache that lives as long as the tracked compilation (and its template): for what is computed
     with its symbols (graphs traced on its symbolic fakes)."""

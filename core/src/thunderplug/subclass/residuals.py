@@ -29,6 +29,7 @@ from typing import Any
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol, Symbol
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.subclass.values import SubclassTensorProxy, subclass_flatten, subclass_op_id
 from thunderplug.tracing.aten import AtenTable
 
@@ -180,7 +181,9 @@ def _saved_bytes(inputs: Sequence[Proxy], moved: list[BoundSymbol], table: AtenT
 def _nbytes(proxy: TensorProxy) -> int:
     if isinstance(proxy, SubclassTensorProxy):
         return sum(_nbytes(inner) for inner in proxy.inner.values())
-    return proxy.numel * proxy.dtype.bytes  # a tracked size stays symbolic: the comparisons record guards
+    # a tracked size by its value in this call, without a guard: the choice it feeds keeps the same values
+    # whichever way it goes (a recomputed cast has the saved one's bits), one template serves every size
+    return dynamic_sizes.hint(proxy.numel) * proxy.dtype.bytes
 
 
 def _symbol(display: str) -> Symbol:
