@@ -358,6 +358,7 @@ class _Function:
     """Per jitted function (weakly keyed by its CompileData): sizes compiled per (flat input, dim), templates."""
 
     seen: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    marked: set[tuple[str, int]] = field(default_factory=set)  # (input, dim) tracked from the first call
     templates: list[Template] = field(default_factory=list)
     full: int = 0
     respecialized: int = 0
@@ -431,9 +432,17 @@ def dynamic_dims(compile_data: Any, args: tuple, kwargs: dict) -> dict[str, list
             for dim, size in enumerate(leaf.shape):
                 sizes = function.seen.setdefault((index, dim), set())
                 sizes.add(int(size))
-                if (len(sizes) >= 2 or dim in marked) and size >= 2:
+                if (len(sizes) >= 2 or dim in marked or (index, dim) in function.marked) and size >= 2:
                     chosen.setdefault(index, []).append(dim)
     return chosen
+
+
+def mark_dynamic(compile_data: Any, dims: set[tuple[int, int]]) -> None:
+    """Track these (flat input, dim) of the jitted function's inputs from its first call on, as
+    ``torch._dynamo.mark_dynamic`` marks a tensor's: the dims Dynamo made symbolic in a graph after a break."""
+    function = _function(compile_data)
+    with function.lock:
+        function.marked |= {(str(index), dim) for index, dim in dims}
 
 
 def begin(compile_data: Any, args: tuple, kwargs: dict) -> Symbolic | None:

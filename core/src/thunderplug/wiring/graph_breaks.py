@@ -16,6 +16,12 @@ A graph Dynamo captured with sizes known only at run time (``t.tolist()`` of an 
 value as an unbacked size, e.g. for ``torch.split``) is split around the nodes using them: thunder.jit compiles the
 nodes before and after, and that region runs as in eager.
 
+From the second count of selected elements on, Dynamo hands the graph after the break over with the count symbolic:
+the tensor's size and a ``SymInt`` argument of it. thunder.jit would check that int by value (a compilation per
+count), so the argument is dropped, or read from the tensor's shape where the graph uses it, and the dims Dynamo
+made symbolic are tracked from the graph's first call (``caching.dynamic_sizes``): every later count re-specializes
+the graph's trace (issue 44 item 3).
+
 Not broken, the error stands: compilations with thunder ``transforms`` (they apply to one ThunderModule), the
 graphs themselves (a data-dependent op Dynamo kept in a graph would break again forever), and a thunder symbol
 jitted itself (``thunder.jit(ltorch.where)``, as thunder's own op tests do): a symbol runs only inside a trace, so
@@ -24,6 +30,7 @@ Dynamo could not run it.
 
 from __future__ import annotations
 
+import copy
 import operator
 import os
 import sys
@@ -39,6 +46,7 @@ from thunder.core.symbol import Symbol
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.split_module import split_module
 
+from thunderplug.caching import dynamic_sizes
 from thunderplug.plugin_api.notices import ThunderplugWarning
 from thunderplug.thunder_compat import jit_options
 from thunderplug.tracing.aten import DataDependentShapeError
@@ -60,13 +68,15 @@ class _Broken:
         parts = record.graph_parts
 
         def backend(graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            graph, dropped = _sizes_read_from_tensors(graph)
             region = _data_dependent_region(graph)
             if region is None:
                 compiled = jit_graph(graph, options)
+                dynamic_sizes.mark_dynamic(thunder.compile_data(compiled), _symbolic_dims(graph))
                 parts.append(compiled)
             else:
                 compiled = _split_around(graph, region, options, parts)
-            return _eager_where_inputs_gain_grad(graph, compiled)
+            return _without_arguments(_eager_where_inputs_gain_grad(graph, compiled), dropped)
 
         self.run = _compiled(compile_data.fn, backend)
         self.parts = parts
@@ -87,6 +97,61 @@ class _Broken:
 
         entry = thunder.CacheEntry(None, [], computation, [], _result, [], None, [], False)
         return entry, [args, kwargs], ()
+
+
+def _sizes_read_from_tensors(graph: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:
+    """Dynamo hands a graph after the break its symbolic sizes as ``SymInt`` arguments too (``s38`` beside the
+    tensor of ``s38`` rows: the count of selected elements); thunder.jit checks an int argument by value, so each
+    new count compiled the graph again. Each such argument the graph does not read is dropped; one it reads is read
+    from the first tensor argument with that size in its shape (``x.size(d)``), where thunderplug's symbolic
+    dimensions (``caching.dynamic_sizes``) track it. Returns the graph so changed (a copy: Dynamo calls the
+    compiled graph with the arguments of the graph it handed over) and the positions of the arguments dropped
+    (others stay, read as ints)."""
+    if not any(isinstance(node.meta.get("example_value"), torch.SymInt)
+               for node in graph.graph.nodes if node.op == "placeholder"):
+        return graph, []
+    graph = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
+    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
+    dims = [(node, d, size.node.expr) for node in placeholders
+            if isinstance(value := node.meta.get("example_value"), torch.Tensor)
+            for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+    dropped = []
+    for position, node in enumerate(placeholders):
+        size = node.meta.get("example_value")
+        if not isinstance(size, torch.SymInt):
+            continue
+        source = next(((tensor, d) for tensor, d, expr in dims if expr == size.node.expr), None)
+        if node.users and source is None:
+            continue
+        if node.users:
+            with graph.graph.inserting_after(placeholders[-1]):
+                read = graph.graph.call_method("size", source)
+            read.meta["example_value"] = size
+            node.replace_all_uses_with(read)
+        graph.graph.erase_node(node)
+        dropped.append(position)
+    graph.recompile()
+    return graph, dropped
+
+
+def _symbolic_dims(graph: torch.fx.GraphModule) -> set[tuple[int, int]]:
+    """The (argument, dim) of ``graph``'s tensor arguments whose sizes Dynamo made symbolic."""
+    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
+    return {(position, d) for position, node in enumerate(placeholders)
+            if isinstance(value := node.meta.get("example_value"), torch.Tensor)
+            for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)}
+
+
+def _without_arguments(compiled: Callable[..., Any], dropped: list[int]) -> Callable[..., Any]:
+    """``compiled``, called by Dynamo with every argument of its graph, given those not at ``dropped``."""
+    if not dropped:
+        return compiled
+    gone = set(dropped)
+
+    def call(*args: Any) -> Any:
+        return compiled(*(a for i, a in enumerate(args) if i not in gone))
+
+    return call
 
 
 def _requires_grad(value: Any) -> bool:
