@@ -280,10 +280,13 @@ def mark_outputs(trace: TraceCtx, joint: TraceCtx, cuts: Callable[[BoundSymbol],
         i for i, out in enumerate(outputs) if isinstance(out, TensorProxy) and variableify(out) not in reached | inputs
     ]
     # outputs computed only from a view made under no_grad: eager's require grad, their backward leading nowhere
-    # (not where such a view is itself an output: a backward would make it a non-leaf where eager's is a leaf)
+    # (not where such a view is itself an output: a backward would make it a non-leaf where eager's is a leaf;
+    # not where the joint trace reads a cotangent already: thunder makes that backward, an op without a
+    # derivative raising in it as eager's does)
     reaching = [i for i, out in enumerate(outputs) if isinstance(out, TensorProxy) and variableify(out) in reached]
     nowhere = [] if any(g is not None for g in tree_flatten(results["output"])[0]) or any(
-        _detached(outputs[i]) for i in reaching) else [joint_outputs[i] for i in reaching]
+        _detached(outputs[i]) for i in reaching) or any(
+        b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols) else [joint_outputs[i] for i in reaching]
     marks = {
         variableify(joint_outputs[i]): mark_non_differentiable
         for i in unreached_positions
