@@ -107,14 +107,11 @@ def _sizes_read_from_tensors(graph: torch.fx.GraphModule) -> tuple[torch.fx.Grap
     dimensions (``caching.dynamic_sizes``) track it. Returns the graph so changed (a copy: Dynamo calls the
     compiled graph with the arguments of the graph it handed over) and the positions of the arguments dropped
     (others stay, read as ints)."""
-    if not any(isinstance(node.meta.get("example_value"), torch.SymInt)
-               for node in graph.graph.nodes if node.op == "placeholder"):
+    if not any(isinstance(node.meta.get("example_value"), torch.SymInt) for node in _placeholders(graph)):
         return graph, []
     graph = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
-    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
-    dims = [(node, d, size.node.expr) for node in placeholders
-            if isinstance(value := node.meta.get("example_value"), torch.Tensor)
-            for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+    placeholders = _placeholders(graph)
+    dims = [(placeholders[position], d, expr) for position, d, expr in _tensor_symbolic_sizes(placeholders)]
     dropped = []
     for position, node in enumerate(placeholders):
         size = node.meta.get("example_value")
@@ -134,12 +131,20 @@ def _sizes_read_from_tensors(graph: torch.fx.GraphModule) -> tuple[torch.fx.Grap
     return graph, dropped
 
 
+def _placeholders(graph: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [node for node in graph.graph.nodes if node.op == "placeholder"]
+
+
+def _tensor_symbolic_sizes(placeholders: list[torch.fx.Node]) -> list[tuple[int, int, Any]]:
+    """(argument position, dim, size expression) of each size Dynamo made symbolic in a tensor argument."""
+    return [(position, d, size.node.expr) for position, node in enumerate(placeholders)
+            if isinstance(value := node.meta.get("example_value"), torch.Tensor)
+            for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+
+
 def _symbolic_dims(graph: torch.fx.GraphModule) -> set[tuple[int, int]]:
     """The (argument, dim) of ``graph``'s tensor arguments whose sizes Dynamo made symbolic."""
-    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
-    return {(position, d) for position, node in enumerate(placeholders)
-            if isinstance(value := node.meta.get("example_value"), torch.Tensor)
-            for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)}
+    return {(position, d) for position, d, _ in _tensor_symbolic_sizes(_placeholders(graph))}
 
 
 def _without_arguments(compiled: Callable[..., Any], dropped: list[int]) -> Callable[..., Any]:
@@ -165,7 +170,7 @@ def _eager_where_inputs_gain_grad(graph: torch.fx.GraphModule, compiled: Callabl
     gradients through the update, but a thunder trace updates only the input's memory, so the code after the graph
     sent none (generalized_box_iou_loss's box gradients 0.2 off). Such a call runs the graph as Dynamo captured it,
     eagerly."""
-    placeholders = [node for node in graph.graph.nodes if node.op == "placeholder"]
+    placeholders = _placeholders(graph)
     updated = set()
     for node in graph.graph.nodes:
         if not node.args or node.args[0] not in placeholders:
