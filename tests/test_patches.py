@@ -613,6 +613,94 @@ def test_one_disassembly_per_code_object():
     _assert_same_compilation(fast, _traces_with_thunders_own(patch, module, x))
 
 
+class _Loops(torch.nn.Module):
+    """Interpreted ``for`` loops over a ``ModuleList``, a dict's items and a tuple (each ends in a
+    ``StopIteration`` through thunder's iterator helpers), and a ``KeyError`` caught in ``forward``."""
+
+    def __init__(self):
+        super().__init__()
+        self.linears = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.scales = (2.0, 0.5)
+
+    def forward(self, x):
+        named = {"a": 2.0, "b": 0.25}
+        for _ in range(8):
+            for linear in self.linears:
+                x = linear(x).tanh()
+            for scale in self.scales:
+                x = x * scale
+            for _, scale in named.items():
+                x = x * scale
+        try:
+            x = x * named["missing"]
+        except KeyError:
+            x = x + 1
+        return x.sum()
+
+
+def _same_loops_of_another_class(module: _Loops, name: str) -> _Loops:
+    """``module``'s parameters in a subclass named ``name``: a structure of its own, compiled again
+    rather than shared ("one compilation per module structure")."""
+    other = type(name, (_Loops,), {})()
+    other.load_state_dict(module.state_dict())
+    return other
+
+
+def _raises_in_a_loop(x):
+    for scale in [1.0, 2.0]:
+        x = x * scale
+    return _fails(x)
+
+
+def _fails(x):
+    raise ValueError(f"no {x.shape}")
+
+
+def test_traceback_frames_are_made_once_per_position(monkeypatch):
+    """An exception leaving an interpreted frame gets its traceback frame without a thread per exception:
+    one per position (file, function, line), kept for later compilations; the same traces, values and
+    gradients as with thunder's own frames, and an error raised in jitted code keeps its traceback's
+    files, functions and lines."""
+    import _thread
+    import traceback
+
+    thunderplug.discover()
+    patch = next(p for p in patches.PATCHES if p.name == "traceback frames without spinning")
+    started: list = []
+    start = _thread.start_new_thread
+
+    def counted(*args, **kwargs):
+        started.append(args[0])
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(_thread, "start_new_thread", counted)
+    torch.manual_seed(0)
+    module, x = _Loops(), torch.randn(2, 4, requires_grad=True)
+    fast = _compiled_traces(module, x)
+    first = len(started)
+    assert 0 < first <= 12, first  # thunder's own: one per exception and frame it leaves (over 100 here)
+    assert _compiled_traces(_same_loops_of_another_class(module, "_MoreLoops"), x)[2] == fast[2]
+    assert len(started) == first  # the positions' frames are kept
+    expected = module(x)
+    torch.testing.assert_close(fast[0], expected, rtol=0, atol=0)
+    for got, want in zip(fast[1], torch.autograd.grad(expected, [x, *module.parameters()]), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    own = _traces_with_thunders_own(patch, _same_loops_of_another_class(module, "_OwnLoops"), x)
+    assert len(started) > first + 100
+    _assert_same_compilation(fast, own)
+
+    def frames_of_error(jitted):
+        with pytest.raises(ValueError, match="no") as info:
+            jitted(torch.ones(2))
+        return [(f.filename, f.name, f.lineno) for f in traceback.extract_tb(info.value.__traceback__)
+                if f.filename == __file__]
+
+    made = frames_of_error(thunder.jit(_raises_in_a_loop, executors=thunderplug.discover()))
+    with _standing_in(*_thunders_own(patch)):
+        assert made == frames_of_error(thunder.jit(_raises_in_a_loop, executors=thunderplug.discover()))
+    assert [name for _, name, _ in made][-2:] == ["_raises_in_a_loop", "_fails"]
+
+
 def test_symbols_bind_as_thunders_with_one_signature_per_meta(monkeypatch):
     """Arguments bind as thunder's ``Symbol.normalize`` binds them (positional, keyword, defaults): the same
     traces, values and gradients; each meta's signature is computed once; outside discover() compilations
