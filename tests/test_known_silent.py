@@ -5,14 +5,17 @@ strict xfails so that a fix shows up here (docs/known-issues.md, "Known silent")
   argument (and from their submodules, dicts and lists), changed to a value after the first call: thunder's
   prologue checked no ``None`` read, so the cached trace kept the first call's branch; under discover() each gets a
   ``check_none`` (wiring.fixes.none_reads_guarded), so the changed call compiles its own program.
-- Changed defaults: a function's default values are constants to thunder, so a changed ``__defaults__`` is not
-  seen by a call relying on it.
+- Changed defaults (fixed): thunder bound a call's missing arguments to the function's defaults as constants, so a
+  changed ``__defaults__`` (``__kwdefaults__``, a list default changed in place) was not seen by a call relying on
+  it; under discover() each is read from the function and checked (wiring.fixes.defaults_read_from_the_function).
+- The length of a list read from the inputs: thunder checks the items read, not the length.
 - A view made under ``no_grad`` of a tensor requiring grad, returned: eager's is a leaf requiring grad.
 
 The aliased views once recorded here (two views of one tensor passed as two arguments) are fixed:
 tests/test_aliased_inputs.py."""
 
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +79,8 @@ class _Box:
         self.scale = scale
 
 
-DEFAULTS = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 reads default values as constants (stock thunder too)")
+LIST_LENGTH = pytest.mark.xfail(strict=True, reason="thunder 0.2.6 checks the items read from a list, not its length "
+                                 "(stock thunder too)")
 NO_GRAD_VIEW = pytest.mark.xfail(strict=True, reason="a no_grad view returned: thunder 0.2.6 passes it through its "
                                   "autograd Function (stock thunder too)")
 
@@ -223,15 +227,176 @@ def _defaulted(x, scale=None, k=2):
     return (x if scale is None else x * scale) * k
 
 
-@DEFAULTS
-@pytest.mark.parametrize("defaults", [(None, 3), (3.0, 2)], ids=["number", "none"])
-def test_a_changed_default_value(defaults: tuple) -> None:
-    function = types.FunctionType(_defaulted.__code__, globals(), "defaulted", _defaulted.__defaults__)
+def _function_of(fn: Callable[..., Any], defaults: tuple) -> Callable[..., Any]:
+    """A fresh function with ``fn``'s code and ``defaults``, so that changing them leaves ``fn`` as it is."""
+    function = types.FunctionType(fn.__code__, globals(), fn.__name__, defaults)
+    function.__kwdefaults__ = fn.__kwdefaults__ and dict(fn.__kwdefaults__)
+    return function
+
+
+@pytest.mark.parametrize("first, changed, programs", [
+    ((None, 2), (None, 3), 2),
+    ((None, 2), (3.0, 2), 2),
+    ((None, 2), ("tensor", 2), 2),
+    (("tensor", 2), ("other tensor", 2), 1),
+    (("tensor", 2), (None, 2), 2),
+], ids=["number", "none_to_number", "none_to_tensor", "tensor_to_tensor", "tensor_to_none"])
+def test_a_changed_default_value(first: tuple, changed: tuple, programs: int) -> None:
+    """A call relying on a changed default gives eager's result and gradients; unchanged, it is one program; back to
+    the first defaults, the first program. A tensor default (requiring grad: it gets its gradient, as in eager) is
+    an input read from the function at each call, so another tensor of its metadata runs the same program."""
+    scale, other = _leaf(3), _leaf(3)
+    named = {"tensor": scale, "other tensor": other}
+
+    def values(defaults: tuple) -> tuple:
+        return tuple(named.get(v, v) if isinstance(v, str) else v for v in defaults)
+
+    function = _function_of(_defaulted, values(first))
+    jitted = thunder.jit(function, executors=thunderplug.discover())
+    x = _leaf(3)
+    _as_eager(jitted, function, [x, scale, other], x)
+    _as_eager(jitted, function, [x, scale, other], x)
+    assert thunder.cache_misses(jitted) == 1
+    function.__defaults__ = values(changed)
+    _as_eager(jitted, function, [x, scale, other], x)
+    _as_eager(jitted, function, [x, scale, other], x)
+    assert thunder.cache_misses(jitted) == programs
+    function.__defaults__ = values(first)
+    _as_eager(jitted, function, [x, scale, other], x)
+    assert thunder.cache_misses(jitted) == programs
+
+
+def _tupled(x, scales=(2.0, 3.0), mode="add"):
+    return x * scales[0] + scales[1] if mode == "add" else x * scales[0] - scales[1]
+
+
+@pytest.mark.parametrize("changed", [((2.0, 4.0), "add"), ((2.0, 3.0), "subtract")], ids=["tuple", "string"])
+def test_a_changed_tuple_or_string_default(changed: tuple) -> None:
+    function = _function_of(_tupled, _tupled.__defaults__)
+    jitted = thunder.jit(function, executors=thunderplug.discover())
+    x = _leaf(3)
+    _as_eager(jitted, function, [x], x)
+    function.__defaults__ = changed
+    _as_eager(jitted, function, [x], x)
+    function.__defaults__ = _tupled.__defaults__
+    _as_eager(jitted, function, [x], x)
+    assert thunder.cache_misses(jitted) == 2
+
+
+def test_a_tensor_default_changed_in_place() -> None:
+    """A tensor default is an input of the one program, read from the function at each call, so an in-place change
+    is seen without compiling again (stock thunder made it a constant the prologue cannot read: a graph break)."""
+    def scaled(x, scale=torch.ones(3)):  # noqa: B008 (the tensor default is what is tested)
+        return x * scale
+
+    jitted = thunder.jit(scaled, executors=thunderplug.discover())
+    x = _leaf(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", thunderplug.ThunderplugWarning)
+        _as_eager(jitted, scaled, [x], x)
+        scaled.__defaults__[0].mul_(3)
+        _as_eager(jitted, scaled, [x], x)
+    assert thunder.cache_misses(jitted) == 1
+
+
+def _keyword_only(x, *, k=2, shift="none"):
+    return x * k if shift == "none" else x * k + 1
+
+
+def test_a_changed_keyword_only_default() -> None:
+    function = _function_of(_keyword_only, ())
+    jitted = thunder.jit(function, executors=thunderplug.discover())
+    x = _leaf(3)
+    _as_eager(jitted, function, [x], x)
+    _as_eager(jitted, function, [x], x)
+    assert thunder.cache_misses(jitted) == 1
+    for kwdefaults in ({"k": 5, "shift": "none"}, {"k": 5, "shift": "one"}, {"k": 2, "shift": "none"}):
+        function.__kwdefaults__ = kwdefaults
+        _as_eager(jitted, function, [x], x)
+    assert thunder.cache_misses(jitted) == 3
+
+
+class _DefaultedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, k=2, scale=None):
+        y = self.lin(x) * k
+        return y if scale is None else y * scale
+
+
+def test_a_changed_default_of_a_module_forward() -> None:
+    """The defaults of ``forward`` (the class's function, read through the module) and of a helper it calls."""
+    torch.manual_seed(0)
+    cls = type("Forward", (_DefaultedForward,), {"forward": _function_of(_DefaultedForward.forward, (2, None))})
+    model = cls()
+    jitted = thunder.jit(model, executors=thunderplug.discover())
+    x, scale = _leaf(2, 4), _leaf(4)
+    leaves = [x, scale, *model.parameters()]
+    _as_eager(jitted, model, leaves, x)
+    _as_eager(jitted, model, leaves, x)
+    assert thunder.cache_misses(jitted) == 1
+    cls.forward.__defaults__ = (3, None)
+    _as_eager(jitted, model, leaves, x)
+    cls.forward.__defaults__ = (3, scale)
+    _as_eager(jitted, model, leaves, x)
+    assert thunder.cache_misses(jitted) == 3
+
+
+def _from_a_list_default(x, factors=[2.0]):  # noqa: B006 (the mutable default is what is tested)
+    return x * factors[0]
+
+
+def _from_a_dict_default(x, options={"k": 2}):  # noqa: B006
+    return x * options["k"]
+
+
+@pytest.mark.parametrize("fn, change", [
+    (_from_a_list_default, lambda defaults: defaults[0].__setitem__(0, 7.0)),
+    (_from_a_dict_default, lambda defaults: defaults[0].update(k=5)),
+], ids=["list", "dict"])
+def test_a_mutable_default_changed_in_place(fn: Callable[..., Any], change: Callable[[tuple], None]) -> None:
+    function = _function_of(fn, tuple(type(v)(v) for v in fn.__defaults__))
+    jitted = thunder.jit(function, executors=thunderplug.discover())
+    x = _leaf(3)
+    _as_eager(jitted, function, [x], x)
+    change(function.__defaults__)
+    _as_eager(jitted, function, [x], x)
+    assert thunder.cache_misses(jitted) == 2
+
+
+def _appending_to_a_list_default(x, outputs=[]):  # noqa: B006
+    outputs.append(x * 2)
+    return x + len(outputs)
+
+
+def test_a_tensor_appended_to_a_list_default() -> None:
+    """As to a list argument (tests/test_container_mutations.py): the list gets eager's tensors, not thunder's
+    proxies, and each call appends (stock thunder left a proxy in the default, and later calls appended nothing)."""
+    function = _function_of(_appending_to_a_list_default, ([],))
+    eager = _function_of(_appending_to_a_list_default, ([],))
     jitted = thunder.jit(function, executors=thunderplug.discover())
     x = torch.randn(3)
-    jitted(x)
-    function.__defaults__ = defaults
-    torch.testing.assert_close(jitted(x), function(x), rtol=0, atol=0)
+    with pytest.warns(UserWarning, match="list.append"):  # the graph break, once
+        torch.testing.assert_close(jitted(x), eager(x), rtol=0, atol=0)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), eager(x), rtol=0, atol=0)
+    assert all(type(v) is torch.Tensor for v in function.__defaults__[0])
+    torch.testing.assert_close(function.__defaults__[0], eager.__defaults__[0], rtol=0, atol=0)
+
+
+def _times_the_length(x, items):
+    return x * len(items)
+
+
+@LIST_LENGTH
+def test_the_length_of_a_list_argument_grown_after_the_first_call() -> None:
+    jitted = thunder.jit(_times_the_length, executors=thunderplug.discover())
+    x, items = _leaf(3), [1, 2]
+    _as_eager(jitted, _times_the_length, [x], x, items)
+    items.append(3)
+    _as_eager(jitted, _times_the_length, [x], x, items)
 
 
 def _a_no_grad_view_and_another_path(x):

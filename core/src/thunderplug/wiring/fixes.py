@@ -1731,3 +1731,79 @@ def recipe_without_missing_nvfuser(original: Callable[..., Any]) -> Callable[...
             self.executor_names = names
 
     return replacement
+
+
+def defaults_read_from_the_function(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """thunder's interpreter binds a call's missing arguments to the function's default values as constants
+    (``wrap_const`` of every item of ``__defaults__`` and ``__kwdefaults__``), which the prologue never checks:
+    after ``f.__defaults__`` (a module's ``forward`` defaults, ``__kwdefaults__``) changed, or a list default was
+    changed in place, a call relying on the default ran the first call's program with the first call's value,
+    silently (stock thunder too); a tensor default, even one the call passed, became a constant the prologue cannot
+    read. In discover() compilations each default the call relies on is passed as an argument read from the
+    function, ``fn.__defaults__[i]`` (``fn.__kwdefaults__[name]``), where the function itself was read from the
+    inputs: thunder checks it as any value read from them (a number's or a string's value, a ``None``
+    (``none_reads_guarded``), a tensor's metadata, a list's items read), so a changed default misses and compiles its
+    own program and an unchanged one is a hit. The frame then runs a copy of the function without defaults (the same
+    code, globals and closure cells, under the function's provenance), so that none is bound as a constant. A value
+    thunder checks no read of (:func:`_checked_as_read`), and every default of a function the prologue cannot read
+    (one made inside the jitted program, whose defaults are the program's own values), is bound as before."""
+    from thunder.core.interpreter import ProvenanceRecord, PseudoInst, WrappedValue, wrap
+    from thunder.core.jit_ext import should_register_for_prologue
+
+    def constant(value: Any) -> ProvenanceRecord:
+        return ProvenanceRecord(PseudoInst.CONSTANT, inputs=[], value=value)
+
+    def replacement(compilectx: Any, runtimectx: Any, wrapped_fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        fn = unwrap(wrapped_fn)
+        if not active() or not (fn.__defaults__ or fn.__kwdefaults__):
+            return original(compilectx, runtimectx, wrapped_fn, *args, **kwargs)
+        tables: dict[str, ProvenanceRecord] = {}
+
+        def default(table: str, key: Any) -> Any:
+            """``fn.<table>[key]``, wrapped as read from the function where the prologue can read and check it."""
+            value = getattr(fn, table)[key]
+            if table not in tables:
+                tables[table] = ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[wrapped_fn.provenance, constant(table)])
+            item = ProvenanceRecord(PseudoInst.BINARY_SUBSCR, inputs=[tables[table], constant(key)])
+            if _checked_as_read(value) and should_register_for_prologue(item):
+                return wrap(value, provenance=item)
+            return wrap_const(value)
+
+        code = fn.__code__
+        first_default = code.co_argcount - len(fn.__defaults__ or ())
+        args, kwargs = list(args), dict(kwargs)
+        # each positional parameter not given positionally: its keyword argument moves to its place, else its default
+        for index in range(len(args), code.co_argcount):
+            name = code.co_varnames[index]
+            if index >= code.co_posonlyargcount and name in kwargs:
+                args.append(kwargs.pop(name))
+            elif index >= first_default:
+                args.append(default("__defaults__", index - first_default))
+            else:  # missing: thunder's own error
+                return original(compilectx, runtimectx, wrapped_fn, *args, **kwargs)
+        for name in code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]:
+            if name in kwargs:
+                continue
+            if not fn.__kwdefaults__ or name not in fn.__kwdefaults__:
+                return original(compilectx, runtimectx, wrapped_fn, *args, **kwargs)
+            kwargs[name] = default("__kwdefaults__", name)
+        if not tables:  # every default was given
+            return original(compilectx, runtimectx, wrapped_fn, *args, **kwargs)
+        bare = types.FunctionType(code, fn.__globals__, fn.__name__, None, fn.__closure__)
+        bare.__qualname__, bare.__module__ = fn.__qualname__, fn.__module__
+        return original(compilectx, runtimectx, WrappedValue(bare, provenance=wrapped_fn.provenance), *args, **kwargs)
+
+    return replacement
+
+
+def _checked_as_read(value: Any) -> bool:
+    """Whether thunder's prologue checks ``value`` where it was read from an input (a ``None``, a number or string by
+    value, a tensor by metadata, a tuple, list or dict of those by the items read); thunder checks no other type
+    (a ``torch.dtype``, an enum, an object), where it would rather warn of a sharp edge."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, torch.Tensor)):
+        return True
+    if type(value) in (tuple, list):
+        return all(_checked_as_read(item) for item in value)
+    if type(value) is dict:
+        return all(type(key) in (int, str) and _checked_as_read(item) for key, item in value.items())
+    return False

@@ -1072,6 +1072,17 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "default values read from the function", interpreter, "_setup_frame_and_run_python_function",
+        lambda original: fixes.defaults_read_from_the_function(original, _compiling_with_core),
+        "discover() compilations",
+        "thunder bug: a call's missing arguments are bound to the function's default values as constants, which the "
+        "prologue never checks: after `f.__defaults__` (a module `forward`'s, `__kwdefaults__`) changed, or a list "
+        "default changed in place, a call relying on the default ran the first call's program with the first "
+        "call's value, silently. Such a default is passed as an argument read from the function "
+        "(`fn.__defaults__[i]`), which thunder checks as any value read from the inputs.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "object.__setattr__ lookaside", _LOOKASIDES, object.__setattr__,
         lambda original: fixes.object_setattr_lookaside(original, _compiling_with_core), "discover() compilations",
         "thunder bugs: of the attributes a function writes on an object it did not create, only the first one "
