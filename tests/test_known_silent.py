@@ -5,6 +5,8 @@ strict xfails so that a fix shows up here (docs/known-issues.md, "Known silent")
   argument (and from their submodules, dicts and lists), changed to a value after the first call: thunder's
   prologue checked no ``None`` read, so the cached trace kept the first call's branch; under discover() each gets a
   ``check_none`` (wiring.fixes.none_reads_guarded), so the changed call compiles its own program.
+- A None read of an object the program returns (fixed): the epilogue's proxy of the object, named like the read's
+  guard, took the guard's place in the prologue (wiring.fixes.constraints_keep_their_reads).
 - Changed defaults (fixed): thunder bound a call's missing arguments to the function's defaults as constants, so a
   changed ``__defaults__`` (``__kwdefaults__``, a list default changed in place) was not seen by a call relying on
   it; under discover() each is read from the function and checked (wiring.fixes.defaults_read_from_the_function).
@@ -222,6 +224,46 @@ def test_a_closure_cell_set_after_the_first_call():
         _as_eager(jitted, scaled, [x, tensor], x)
     assert thunder.cache_misses(jitted) == 2
 
+
+class _Cache:
+    """A read of a None class attribute through an instance (transformers' caches read theirs through ``self``)."""
+
+    layer_class: Any = None
+
+    def __init__(self):
+        self.replicate: Any = None
+
+
+def _reads_the_instance_attribute_and_returns(x, cache):
+    return (x if cache.replicate is None else x * cache.replicate), cache
+
+
+def _reads_the_class_attribute_and_returns(x, cache):
+    return (x if cache.layer_class is None else x * cache.layer_class), cache
+
+
+@pytest.mark.parametrize("where", ["instance", "class"])
+def test_a_none_read_of_an_object_the_program_returns(where: str) -> None:
+    """The epilogue's proxy of the returned object (named ``any0`` among the epilogue's names) took the place of the
+    None read's guard named alike in the computation's, which then checked the object (transformers 4.57's
+    StaticCache: a check failing at every call) or, left unchecked, kept the first call's branch."""
+    fn = _reads_the_instance_attribute_and_returns if where == "instance" else _reads_the_class_attribute_and_returns
+    jitted = thunder.jit(fn, executors=thunderplug.discover())
+    x, scale = _leaf(3), _leaf(3)
+    cache = _Cache()
+    try:
+        for _ in range(2):
+            _as_eager(lambda *a: jitted(*a)[0], lambda *a: fn(*a)[0], [x, scale], x, cache)
+        assert thunder.cache_misses(jitted) == 1
+        if where == "instance":
+            cache.replicate = scale
+        else:
+            _Cache.layer_class = scale
+        _as_eager(lambda *a: jitted(*a)[0], lambda *a: fn(*a)[0], [x, scale], x, cache)
+        assert jitted(x, cache)[1] is cache
+        assert thunder.cache_misses(jitted) == 2
+    finally:
+        _Cache.layer_class = None
 
 def _defaulted(x, scale=None, k=2):
     return (x if scale is None else x * scale) * k

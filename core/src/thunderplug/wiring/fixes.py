@@ -1376,20 +1376,48 @@ def none_reads_guarded(original: Callable[..., Any], active: Callable[[], bool])
         if value.value is None and active() and should_register_for_prologue(value.provenance):
             # an AnyProxy, as check_none's meta requires when a pass re-runs the prologue's metas
             guarded = AnyProxy(None, history=as_attribute(value.provenance))
-            get_jit_ctx().add_constraint((_check_none_of_none, guarded))
+            get_jit_ctx().add_constraint((prims.check_none, guarded))
         return result
 
     return replacement
 
 
-def _check_none_of_none(proxy: Any) -> None:
-    """The prologue's ``check_none`` of a None read, written where ``unpack_inputs`` hands over a proxy of None:
-    under transformers 4.57 a read of ``past_key_values.layer_class_to_replicate`` came back as a proxy of the
-    cache itself, whose check failed at every trace; such a read stays unchecked, as before these checks."""
-    from thunder.core.proxies import pytype
+def constraints_keep_their_reads(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:
+    """``unpack_inputs`` swaps each proxy of a prologue constraint for the computation's or epilogue's input of the
+    same name (meant for one value proxied twice), but names are unique per trace only: the epilogue's proxy of an
+    object the program returns (``AnyProxy``, ``any0`` in the epilogue's names) took the place of the ``None`` read's
+    proxy named alike in the computation's (``any0``), so under transformers 4.57 ``check_none`` of
+    ``past_key_values.layer_class_to_replicate`` checked the cache itself and failed at every call (and a guard left
+    out for that was stale once the read changed). A constraint's proxy named like an input of another read is
+    renamed first (discover() compilations), so each constraint checks the read it was made for."""
+    from thunder.core.proxies import Proxy, variableify
+    from thunder.core.trace import tracectx
 
-    if pytype(proxy) is type(None):
-        prims.check_none(proxy)
+    def replacement(ctx: Any, prologue_trace: TraceCtx, pro_to_comp: Any, pro_to_epi: Any, *rest: Any) -> Any:
+        if active():
+            inputs = {variableify(v): (v if isinstance(v, Proxy) else v.proxy) for v in (*pro_to_comp, *pro_to_epi)}
+            taken = {v.name for v in inputs.values()} | set(ctx.computation_trace.names)
+            renamed: dict[int, Any] = {}
+
+            def own(a: Any) -> Any:
+                if not isinstance(a, Proxy) or a.history is None:
+                    return a
+                other = inputs.get(variableify(a))
+                if other is None or other is a or str(other.history) == str(a.history):
+                    return a
+                if id(a) not in renamed:
+                    name, count = f"{a.name}_read", 0
+                    while name in taken or prologue_trace.has_name(name):
+                        name, count = f"{a.name}_read{count}", count + 1
+                    taken.add(name)
+                    with tracectx(prologue_trace):
+                        renamed[id(a)] = a.replace(name=name)
+                return renamed[id(a)]
+
+            ctx._constraints = [(prim, *(own(a) for a in args)) for prim, *args in ctx._constraints]
+        return original(ctx, prologue_trace, pro_to_comp, pro_to_epi, *rest)
+
+    return replacement
 
 
 def unreadable_inputs_break(original: Callable[..., Any], active: Callable[[], bool]) -> Callable[..., Any]:

@@ -1060,6 +1060,16 @@ PATCHES: tuple[Patch, ...] = (
         features=("wiring.fixes",),
     ),
     Patch(
+        "constraints keep their reads", jit_ext, "unpack_inputs",
+        lambda original: fixes.constraints_keep_their_reads(original, _compiling_with_core), "discover() compilations",
+        "thunder bug: the prologue's constraints get their proxies swapped for inputs of the same name, but names are "
+        "unique per trace only: the epilogue's proxy of a returned object (`any0`) replaced a `None` read's guard "
+        "named alike in the computation (`any0`), which then checked the object itself (transformers 4.57's "
+        "`StaticCache`: a failed check at every call). A constraint's proxy named like an input of another read is "
+        "renamed first.",
+        features=("wiring.fixes",),
+    ),
+    Patch(
         "None reads guarded", jit_ext.general_jit_callbacks, INTERPRETER_CALLBACKS.WRAP_CALLBACK,
         lambda original: fixes.none_reads_guarded(original, _compiling_with_core), "discover() compilations",
         "thunder bug: the prologue checks the numbers and strings the program read from its arguments, the "
